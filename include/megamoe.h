@@ -1,0 +1,207 @@
+/* megamoe — expert-parallel FP8 Mixture-of-Experts layer for Hopper GPUs.
+ *
+ * One public header. Everything the library reports crosses it as a
+ * megamoe_status; the text of the last failure on the calling thread is
+ * available from megamoe_last_error(). Nothing in the library calls exit()
+ * or abort().
+ *
+ * The numerics contract (what one forward computes) is docs/DESIGN.md
+ * section 1. Shapes use the names of that section:
+ *   H hidden, I intermediate, E experts in total, K top-k, R ranks,
+ *   E_l = E / R local experts per rank, T tokens on this rank (T <= T_max),
+ *   G quantization group of the L1 output (64 or 128).
+ */
+#ifndef MEGAMOE_H
+#define MEGAMOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MEGAMOE_VERSION_MAJOR 0
+#define MEGAMOE_VERSION_MINOR 1
+
+/* Kernel limits (checked by megamoe_check_config). */
+#define MEGAMOE_MAX_RANKS 8              /* one NVLink node */
+#define MEGAMOE_MAX_INTERMEDIATE 4096    /* I: the L1 epilogue keeps a row's groups on chip */
+#define MEGAMOE_MAX_HIDDEN 16384         /* H */
+#define MEGAMOE_MAX_TOP_K 16             /* K */
+#define MEGAMOE_MAX_LOCAL_EXPERTS 1024   /* E_l */
+#define MEGAMOE_DEFAULT_TIMEOUT_S 60.0   /* every cross-rank wait has this deadline */
+
+typedef enum megamoe_status {
+  MEGAMOE_OK = 0,
+  MEGAMOE_ERR_NULL_POINTER = 1,      /* a required pointer argument is NULL */
+  MEGAMOE_ERR_BAD_SHAPE = 2,         /* H or I not a multiple of 128, or a size outside the kernels' limits */
+  MEGAMOE_ERR_BAD_EXPERTS = 3,       /* E < 1, E not divisible by the rank count, or E_l too large */
+  MEGAMOE_ERR_BAD_TOP_K = 4,         /* K < 1, K > E or K above MEGAMOE_MAX_TOP_K */
+  MEGAMOE_ERR_BAD_MAX_TOKENS = 5,    /* T_max = 0 or negative */
+  MEGAMOE_ERR_BAD_QUANT_GROUP = 6,   /* G not 64 or 128 */
+  MEGAMOE_ERR_BAD_CLAMP = 7,         /* SwiGLU clamp enabled with a value <= 0 or not finite */
+  MEGAMOE_ERR_BAD_ARM = 8,           /* arm not one of megamoe_arm */
+  MEGAMOE_ERR_BAD_RANKS = 9,         /* rank count < 1 or above MEGAMOE_MAX_RANKS, rank out of range */
+  MEGAMOE_ERR_SIZE_OVERFLOW = 10,    /* a buffer size does not fit in 64 bits */
+  MEGAMOE_ERR_TOO_MANY_TOKENS = 11,  /* T > T_max, or a token bound below T */
+  MEGAMOE_ERR_BAD_TOPK_INDEX = 12,   /* a top-k index outside [-1, E) (found on the host or on the device) */
+  MEGAMOE_ERR_BAD_ARGUMENT = 13,     /* any other argument out of its domain (the message names it) */
+  MEGAMOE_ERR_CUDA = 14,             /* a CUDA runtime or driver call failed */
+  MEGAMOE_ERR_NCCL = 15,             /* an NCCL call failed */
+  MEGAMOE_ERR_OUT_OF_MEMORY = 16,
+  MEGAMOE_ERR_NO_PEER_ACCESS = 17,   /* the ranks are not all in one NVLink (load/store) domain */
+  MEGAMOE_ERR_TIMEOUT = 18,          /* a cross-rank wait passed its deadline: a peer stopped answering */
+  MEGAMOE_ERR_PEER_FAILED = 19,      /* a peer reported an error in the same forward */
+  MEGAMOE_ERR_LAYER_FAILED = 20,     /* an earlier timeout left the ranks out of step; destroy the layer */
+  MEGAMOE_ERR_NO_DEVICE = 21,        /* no CUDA device */
+  MEGAMOE_ERR_UNSUPPORTED_DEVICE = 22, /* not a Hopper (sm_90) GPU */
+  MEGAMOE_ERR_NOT_IMPLEMENTED = 23,
+  MEGAMOE_ERR_WEIGHTS_NOT_READY = 24, /* forward before megamoe_prepare_weights */
+  MEGAMOE_ERR_INTERNAL = 25,
+  MEGAMOE_ERR_DEVICE_CHECK = 26,     /* a device-side consistency check failed (see the message) */
+  MEGAMOE_STATUS_COUNT
+} megamoe_status;
+
+/* Static text of a status ("MEGAMOE_ERR_BAD_SHAPE: ..."). Never NULL. */
+const char* megamoe_status_string(megamoe_status status);
+
+/* Message of the last failing call on this thread, naming the argument or
+ * the call that failed. "" when none. Valid until the next call. */
+const char* megamoe_last_error(void);
+
+typedef enum megamoe_arm {
+  MEGAMOE_ARM_STAGED = 0, /* separate kernels: the baseline and the oracle */
+  MEGAMOE_ARM_SPLIT = 1,  /* (dispatch + L1 + SwiGLU + quant) then (L2 + combine) */
+  MEGAMOE_ARM_FUSED = 2,  /* one persistent kernel */
+  MEGAMOE_ARM_COUNT
+} megamoe_arm;
+
+const char* megamoe_arm_name(megamoe_arm arm);
+
+typedef struct megamoe_config {
+  int64_t hidden;              /* H, multiple of 128 */
+  int64_t intermediate;        /* I, multiple of 128, <= MEGAMOE_MAX_INTERMEDIATE */
+  int32_t num_experts;         /* E in total, divisible by the rank count */
+  int32_t top_k;               /* K */
+  int64_t max_tokens_per_rank; /* T_max */
+  int32_t quant_group;         /* G of the L1 output quantization: 64 or 128 */
+  int32_t has_swiglu_clamp;    /* 0: no clamp; 1: g = min(g, c), u = clamp(u, -c, c) */
+  float swiglu_clamp;          /* c > 0 when has_swiglu_clamp */
+  megamoe_arm arm;
+  double timeout_s;            /* deadline of every cross-rank wait; <= 0 means the default (60 s) */
+} megamoe_config;
+
+/* A config with the given shape and defaults for the rest (G 128, no clamp,
+ * staged arm, default timeout). */
+megamoe_config megamoe_config_make(int64_t hidden, int64_t intermediate, int32_t num_experts,
+                                   int32_t top_k, int64_t max_tokens_per_rank);
+
+/* Checks a config for num_ranks ranks. Pure host code. */
+megamoe_status megamoe_check_config(const megamoe_config* config, int num_ranks);
+
+/* Bytes a layer needs per rank: the symmetric (peer-visible, NCCL window)
+ * buffer and the local workspace (plain device memory), excluding the
+ * prepared weights. Pure host code. Either output may be NULL. */
+megamoe_status megamoe_buffer_sizes(const megamoe_config* config, int num_ranks,
+                                    size_t* symmetric_bytes, size_t* workspace_bytes);
+
+/* Bytes of the prepared weights of one rank (E_l experts). */
+megamoe_status megamoe_prepared_weight_bytes(const megamoe_config* config, int num_ranks,
+                                             size_t* bytes);
+
+/* ---- Communicator -------------------------------------------------------
+ * A layer runs on an ncclComm_t the caller owns (one process per GPU). This
+ * helper makes one: it sets NCCL_NVLS_ENABLE=0 (megamoe never uses NVLink
+ * multicast), selects no device (call cudaSetDevice first) and calls
+ * ncclCommInitRank. unique_id comes from ncclGetUniqueId on one rank. */
+megamoe_status megamoe_comm_create(int rank, int num_ranks, const ncclUniqueId* unique_id,
+                                   ncclComm_t* comm_out);
+
+/* ---- Layer --------------------------------------------------------------- */
+typedef struct megamoe_layer megamoe_layer;
+
+/* Collective over comm: every rank calls it with the same config. Allocates
+ * the symmetric buffer (ncclMemAlloc + symmetric window registration) and the
+ * workspace on the current device and resolves the peer pointers. Fails with
+ * MEGAMOE_ERR_NO_PEER_ACCESS when the ranks do not share one NVLink domain. */
+megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
+                              megamoe_layer** layer_out);
+
+/* Collective. Frees everything (windows deregistered before their memory is
+ * freed). NULL is accepted. The communicator stays the caller's. */
+megamoe_status megamoe_destroy(megamoe_layer* layer);
+
+/* Weights of this rank's E_l experts, in the checkpoint layout of DESIGN.md
+ * section 1, as device pointers:
+ *   w1    [E_l, 2I, H] fp8 e4m3, K-major: gate rows 0..I-1, up rows I..2I-1
+ *   w1_sf [E_l, 2I/128, H/128] fp32 (one scale per 128x128 block)
+ *   w2    [E_l, H, I] fp8 e4m3, K-major
+ *   w2_sf [E_l, H/128, I/128] fp32 */
+typedef struct megamoe_weights {
+  const void* w1;
+  const float* w1_sf;
+  const void* w2;
+  const float* w2_sf;
+} megamoe_weights;
+
+/* Converts the weights once into the layout the kernels read (a copy owned by
+ * the layer; the caller may free its own afterwards). Enqueued on stream. */
+megamoe_status megamoe_prepare_weights(megamoe_layer* layer, const megamoe_weights* weights,
+                                       cudaStream_t stream);
+
+typedef enum megamoe_index_type {
+  MEGAMOE_INDEX_INT32 = 0,
+  MEGAMOE_INDEX_INT64 = 1
+} megamoe_index_type;
+
+/* One forward. Device pointers:
+ *   x        [T, H] fp8 e4m3
+ *   x_sf     [T, H/128] fp32
+ *   topk_idx [T, K] int32 or int64, global expert id, -1 = masked slot
+ *   topk_w   [T, K] fp32
+ *   y        [T, H] bf16 (written: every element, for every token)
+ * num_tokens_bound: 0, or a bound >= every rank's T, identical on all ranks
+ * (lets the kernels size per-call schedules; ignored by the staged arm). */
+typedef struct megamoe_forward_args {
+  const void* x;
+  const float* x_sf;
+  const void* topk_idx;
+  megamoe_index_type topk_idx_type;
+  const float* topk_w;
+  int64_t num_tokens;
+  int64_t num_tokens_bound;
+  void* y;
+} megamoe_forward_args;
+
+/* Collective: every rank calls it, in the same order, the same number of
+ * times. Enqueues the layer on stream and returns without waiting. Errors the
+ * device finds (a bad top-k index, a timeout, a peer's failure) are reported
+ * by megamoe_sync. Inputs are read and y is written in stream order; nothing
+ * outside y and the layer's own buffers is written. */
+megamoe_status megamoe_forward(megamoe_layer* layer, const megamoe_forward_args* args,
+                               cudaStream_t stream);
+
+/* Waits for the stream and returns the first device-side error of the
+ * layer's forwards since the last megamoe_sync (then clears it, unless it
+ * left the layer failed). */
+megamoe_status megamoe_sync(megamoe_layer* layer, cudaStream_t stream);
+
+/* Where the layer stages this rank's x and x_sf for its peers. A caller that
+ * writes its activations there directly (and passes these pointers as
+ * args.x / args.x_sf) saves one copy per forward. */
+megamoe_status megamoe_input_staging(megamoe_layer* layer, void** x, float** x_sf);
+
+/* The layer's config and rank facts. */
+const megamoe_config* megamoe_layer_config(const megamoe_layer* layer);
+int megamoe_layer_rank(const megamoe_layer* layer);
+int megamoe_layer_num_ranks(const megamoe_layer* layer);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEGAMOE_H */
