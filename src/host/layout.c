@@ -58,6 +58,8 @@ static const char* const region_names[MM_REGION_COUNT] = {
     [MM_WS_EXPERT_TOKENS] = "expert_tokens",
     [MM_WS_POOL_OFFSET] = "pool_offset",
     [MM_WS_POOL_COUNT] = "pool_count",
+    [MM_WS_ROUTE_BASE] = "route_base",
+    [MM_WS_POOL_SRC_START] = "pool_src_start",
     [MM_WS_POOL_ROWS] = "pool_rows",
     [MM_WS_POOL_WEIGHT] = "pool_weight",
     [MM_WS_POOL_X] = "pool_x",
@@ -99,6 +101,8 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   bytes[MM_WS_EXPERT_TOKENS] = mul(&s, E, 4);
   bytes[MM_WS_POOL_OFFSET] = mul(&s, El + 1, 4);
   bytes[MM_WS_POOL_COUNT] = mul(&s, El, 4);
+  bytes[MM_WS_ROUTE_BASE] = mul(&s, mul(&s, R, El), 4);
+  bytes[MM_WS_POOL_SRC_START] = mul(&s, mul(&s, R, El), 4);
   bytes[MM_WS_POOL_ROWS] = mul(&s, P, sizeof(mm_pool_row));
   bytes[MM_WS_POOL_WEIGHT] = mul(&s, P, 4);
   bytes[MM_WS_POOL_X] = mul(&s, P, H);

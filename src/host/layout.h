@@ -31,6 +31,8 @@ typedef enum mm_region_id {
   MM_WS_EXPERT_TOKENS,   /* [E] i32: routed slots of this rank's tokens per global expert */
   MM_WS_POOL_OFFSET,     /* [E_l + 1] i32: first pool row of each local expert */
   MM_WS_POOL_COUNT,      /* [E_l] i32: valid rows of each local expert */
+  MM_WS_ROUTE_BASE,      /* [R][E_l] i32: first entry of (source, local expert) in the source's list */
+  MM_WS_POOL_SRC_START,  /* [E_l][R] i32: first pool row of (local expert, source) */
   MM_WS_POOL_ROWS,       /* [P] mm_pool_row */
   MM_WS_POOL_WEIGHT,     /* [P] fp32 routing weight of each pool row */
   MM_WS_POOL_X,          /* [P, H] fp8 */

@@ -1,0 +1,65 @@
+/* The staged forward: the kernel sequence of staged.h on one stream. */
+#include "gemm/gemm.h"
+#include "staged/staged_common.cuh"
+#include "staged/staged_kernels.cuh"
+
+extern "C" {
+#include "host/errors.h"
+}
+
+int mm_fill_blocks(void) {
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) == cudaSuccess)
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms * 4;
+}
+
+/* Barrier values: two barriers per forward, values grow with the sequence. */
+static uint64_t barrier_value(uint64_t seq, int which) { return seq * 2 + (uint64_t)which; }
+
+extern "C" megamoe_status mm_staged_forward(const mm_layer_view* L, const mm_forward_view* F,
+                                            const uint8_t* w1p, const float* w1p_sf,
+                                            const uint8_t* w2, const float* w2_sf, int engine,
+                                            cudaStream_t stream) {
+  mm_route_launch(*L, *F, stream);
+  mm_barrier_launch(*L, barrier_value(F->seq, 0), MM_SITE_BARRIER_DISPATCH, stream);
+  mm_pool_layout_launch(*L, stream);
+  mm_dispatch_launch(*L, stream);
+
+  mm_gemm_problem l1;
+  l1.a = L->ws + L->offset[MM_WS_POOL_X];
+  l1.a_sf = reinterpret_cast<const float*>(L->ws + L->offset[MM_WS_POOL_X_SF]);
+  l1.a_sf_block = MM_SCALE_BLOCK;
+  l1.b = w1p;
+  l1.b_sf = w1p_sf;
+  l1.b_sf_block_n = MM_W1_INTERLEAVE;
+  l1.expert_offset = reinterpret_cast<const int32_t*>(L->ws + L->offset[MM_WS_POOL_OFFSET]);
+  l1.expert_count = reinterpret_cast<const int32_t*>(L->ws + L->offset[MM_WS_POOL_COUNT]);
+  l1.num_experts = L->local_experts;
+  l1.rows_cap = L->pool_rows;
+  l1.n = 2 * L->intermediate;
+  l1.k = L->hidden;
+  MM_TRY(mm_gemm_run((mm_gemm_engine)engine, &l1, MM_GEMM_OUT_F32, L->ws + L->offset[MM_WS_L1_ACC],
+                     NULL, stream));
+  mm_swiglu_quant_launch(*L, stream);
+
+  mm_gemm_problem l2 = l1;
+  l2.a = L->ws + L->offset[MM_WS_L1_OUT];
+  l2.a_sf = reinterpret_cast<const float*>(L->ws + L->offset[MM_WS_L1_OUT_SF]);
+  l2.a_sf_block = L->quant_group;
+  l2.b = w2;
+  l2.b_sf = w2_sf;
+  l2.b_sf_block_n = MM_SCALE_BLOCK;
+  l2.n = L->hidden;
+  l2.k = L->intermediate;
+  MM_TRY(mm_gemm_run((mm_gemm_engine)engine, &l2, MM_GEMM_OUT_BF16, L->ws + L->offset[MM_WS_L2_OUT],
+                     NULL, stream));
+  mm_combine_push_launch(*L, stream);
+  mm_barrier_launch(*L, barrier_value(F->seq, 1), MM_SITE_BARRIER_COMBINE, stream);
+  mm_reduce_launch(*L, *F, stream);
+
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    return mm_fail(MEGAMOE_ERR_CUDA, "staged forward launch: %s", cudaGetErrorString(err));
+  return MEGAMOE_OK;
+}

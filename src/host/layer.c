@@ -1,0 +1,374 @@
+/* The layer object: create (collective), weights, forward, sync, destroy. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "contract.h"
+#include "device/gemm/gemm.h"
+#include "device/staged/staged.h"
+#include "errors.h"
+#include "layout.h"
+#include "megamoe.h"
+
+struct megamoe_layer {
+  megamoe_config config;
+  int rank, num_ranks, device;
+  ncclComm_t comm;
+  mm_layout layout;
+  void* symmetric;       /* ncclMemAlloc, registered as a symmetric window */
+  ncclWindow_t window;
+  int window_registered;
+  void* workspace;       /* cudaMalloc */
+  void* weights;         /* cudaMalloc: prepared W1p, W1p_sf, W2, W2_sf */
+  uint8_t* w1p;
+  float* w1p_sf;
+  uint8_t* w2;
+  float* w2_sf;
+  int weights_ready;
+  int failed;            /* a timeout left the ranks out of step */
+  uint64_t seq;          /* forwards so far */
+  mm_gemm_engine engine;
+  mm_layer_view view;
+};
+
+#define CUDA_TRY(call)                                                                   \
+  do {                                                                                   \
+    cudaError_t mm_e_ = (call);                                                          \
+    if (mm_e_ != cudaSuccess)                                                            \
+      return mm_fail(mm_e_ == cudaErrorMemoryAllocation ? MEGAMOE_ERR_OUT_OF_MEMORY      \
+                                                        : MEGAMOE_ERR_CUDA,              \
+                     "%s: %s", #call, cudaGetErrorString(mm_e_));                        \
+  } while (0)
+
+#define NCCL_TRY(call)                                                                  \
+  do {                                                                                  \
+    ncclResult_t mm_n_ = (call);                                                        \
+    if (mm_n_ != ncclSuccess)                                                           \
+      return mm_fail(MEGAMOE_ERR_NCCL, "%s: %s", #call, ncclGetErrorString(mm_n_));     \
+  } while (0)
+
+megamoe_status megamoe_comm_create(int rank, int num_ranks, const ncclUniqueId* unique_id,
+                                   ncclComm_t* comm_out) {
+  mm_clear_error();
+  MM_CHECK_NULL(unique_id, "unique_id");
+  MM_CHECK_NULL(comm_out, "comm_out");
+  if (num_ranks < 1 || num_ranks > MEGAMOE_MAX_RANKS)
+    return mm_fail(MEGAMOE_ERR_BAD_RANKS, "num_ranks = %d: must be in [1, %d]", num_ranks,
+                   MEGAMOE_MAX_RANKS);
+  if (rank < 0 || rank >= num_ranks)
+    return mm_fail(MEGAMOE_ERR_BAD_RANKS, "rank = %d: must be in [0, %d)", rank, num_ranks);
+  /* megamoe never uses NVLink multicast; keep NCCL from setting it up. */
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  NCCL_TRY(ncclCommInitRank(comm_out, num_ranks, *unique_id, rank));
+  return MEGAMOE_OK;
+}
+
+static mm_gemm_engine engine_from_env(void) {
+  const char* e = getenv("MEGAMOE_GEMM");
+  if (e && strcmp(e, "wgmma") == 0) return MM_GEMM_ENGINE_WGMMA;
+  return MM_GEMM_ENGINE_SIMPLE;
+}
+
+/* Frees what exists; safe on a partly created layer. Deregistering is
+ * collective, so on a partly created layer it only runs when every rank got
+ * as far (the window flag is set after the all-rank agreement). */
+static megamoe_status release(megamoe_layer* l) {
+  megamoe_status st = MEGAMOE_OK;
+  if (l->window_registered) {
+    ncclResult_t r = ncclCommWindowDeregister(l->comm, l->window);
+    if (r != ncclSuccess)
+      st = mm_fail(MEGAMOE_ERR_NCCL, "ncclCommWindowDeregister: %s", ncclGetErrorString(r));
+  }
+  if (l->symmetric) {
+    ncclResult_t r = ncclMemFree(l->symmetric);
+    if (r != ncclSuccess && st == MEGAMOE_OK)
+      st = mm_fail(MEGAMOE_ERR_NCCL, "ncclMemFree: %s", ncclGetErrorString(r));
+  }
+  if (l->workspace) cudaFree(l->workspace);
+  if (l->weights) cudaFree(l->weights);
+  free(l);
+  return st;
+}
+
+/* Every rank learns whether all ranks succeeded so far (a failure on one rank
+ * must not leave the others inside the next collective). */
+static megamoe_status agree(megamoe_layer* l, megamoe_status local) {
+  int* d_flag = NULL;
+  int flag = local == MEGAMOE_OK ? 1 : 0;
+  CUDA_TRY(cudaMalloc((void**)&d_flag, sizeof(int)));
+  cudaError_t ce = cudaMemcpy(d_flag, &flag, sizeof flag, cudaMemcpyHostToDevice);
+  ncclResult_t nr = ncclSuccess;
+  if (ce == cudaSuccess) nr = ncclAllReduce(d_flag, d_flag, 1, ncclInt32, ncclMin, l->comm, 0);
+  if (ce == cudaSuccess && nr == ncclSuccess) ce = cudaMemcpy(&flag, d_flag, sizeof flag, cudaMemcpyDeviceToHost);
+  cudaFree(d_flag);
+  if (nr != ncclSuccess) return mm_fail(MEGAMOE_ERR_NCCL, "ncclAllReduce (create agreement): %s", ncclGetErrorString(nr));
+  if (ce != cudaSuccess) return mm_fail(MEGAMOE_ERR_CUDA, "create agreement: %s", cudaGetErrorString(ce));
+  if (local != MEGAMOE_OK) return local;
+  if (!flag) return mm_fail(MEGAMOE_ERR_PEER_FAILED, "megamoe_create failed on another rank");
+  return MEGAMOE_OK;
+}
+
+static megamoe_status allocate_local(megamoe_layer* l) {
+  const mm_layout* lay = &l->layout;
+  CUDA_TRY(cudaMalloc(&l->workspace, lay->workspace_bytes));
+  CUDA_TRY(cudaMemset(l->workspace, 0, lay->workspace_bytes));
+  CUDA_TRY(cudaMalloc(&l->weights, lay->prepared_weight_bytes));
+  const uint64_t El = (uint64_t)lay->local_experts, H = (uint64_t)l->config.hidden,
+                 I = (uint64_t)l->config.intermediate;
+  uint8_t* p = (uint8_t*)l->weights;
+  l->w1p = p;
+  p += (El * 2 * I * H + MM_REGION_ALIGN - 1) / MM_REGION_ALIGN * MM_REGION_ALIGN;
+  l->w2 = p;
+  p += (El * H * I + MM_REGION_ALIGN - 1) / MM_REGION_ALIGN * MM_REGION_ALIGN;
+  l->w1p_sf = (float*)p;
+  p += (El * (2 * I / MM_W1_INTERLEAVE) * (H / 128) * 4 + MM_REGION_ALIGN - 1) / MM_REGION_ALIGN * MM_REGION_ALIGN;
+  l->w2_sf = (float*)p;
+  return MEGAMOE_OK;
+}
+
+static void build_view(megamoe_layer* l, uint8_t** peers) {
+  mm_layer_view* v = &l->view;
+  memset(v, 0, sizeof *v);
+  const megamoe_config* c = &l->config;
+  v->rank = l->rank;
+  v->num_ranks = l->num_ranks;
+  v->hidden = (int32_t)c->hidden;
+  v->intermediate = (int32_t)c->intermediate;
+  v->num_experts = c->num_experts;
+  v->local_experts = (int32_t)l->layout.local_experts;
+  v->top_k = c->top_k;
+  v->quant_group = c->quant_group;
+  v->max_tokens = (int32_t)c->max_tokens_per_rank;
+  v->pool_rows = (int32_t)l->layout.pool_rows;
+  v->has_clamp = c->has_swiglu_clamp;
+  v->clamp = c->swiglu_clamp;
+  v->ws = (uint8_t*)l->workspace;
+  for (int p = 0; p < l->num_ranks; ++p) v->peer_sym[p] = peers[p];
+  for (int id = 0; id < MM_REGION_COUNT; ++id) v->offset[id] = l->layout.regions[id].offset;
+  double timeout = c->timeout_s > 0 ? c->timeout_s : MEGAMOE_DEFAULT_TIMEOUT_S;
+  v->timeout_ns = (uint64_t)(timeout * 1e9);
+}
+
+megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
+                              megamoe_layer** layer_out) {
+  mm_clear_error();
+  MM_CHECK_NULL(config, "config");
+  MM_CHECK_NULL(comm, "comm");
+  MM_CHECK_NULL(layer_out, "layer_out");
+  *layer_out = NULL;
+  int num_ranks = 0, rank = 0;
+  NCCL_TRY(ncclCommCount(comm, &num_ranks));
+  NCCL_TRY(ncclCommUserRank(comm, &rank));
+  /* Config errors are the same on every rank (same config): return at once. */
+  MM_TRY(megamoe_check_config(config, num_ranks));
+  if (config->arm != MEGAMOE_ARM_STAGED)
+    return mm_fail(MEGAMOE_ERR_NOT_IMPLEMENTED, "arm = %s: only the staged arm exists yet",
+                   megamoe_arm_name(config->arm));
+
+  megamoe_layer* l = (megamoe_layer*)calloc(1, sizeof *l);
+  if (!l) return mm_fail(MEGAMOE_ERR_OUT_OF_MEMORY, "layer object");
+  l->config = *config;
+  l->rank = rank;
+  l->num_ranks = num_ranks;
+  l->comm = comm;
+  l->engine = engine_from_env();
+  megamoe_status st = mm_layout_compute(config, num_ranks, &l->layout);
+
+  /* Local checks and allocations first, then one agreement, then the
+   * collective window registration. */
+  int lsa = 0;
+  if (st == MEGAMOE_OK && cudaGetDevice(&l->device) != cudaSuccess)
+    st = mm_fail(MEGAMOE_ERR_NO_DEVICE, "cudaGetDevice failed: no current CUDA device");
+  if (st == MEGAMOE_OK) {
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, l->device);
+    if (major != 9)
+      st = mm_fail(MEGAMOE_ERR_UNSUPPORTED_DEVICE, "device %d has compute capability %d.x, need 9.0 (Hopper)",
+                   l->device, major);
+  }
+  if (st == MEGAMOE_OK) st = mm_lsa_team_size(comm, &lsa);
+  if (st == MEGAMOE_OK && lsa != num_ranks)
+    st = mm_fail(MEGAMOE_ERR_NO_PEER_ACCESS,
+                 "comm: only %d of %d ranks share this rank's NVLink load/store domain "
+                 "(megamoe needs every rank reachable by peer loads and stores)",
+                 lsa, num_ranks);
+  if (st == MEGAMOE_OK) st = allocate_local(l);
+  if (st == MEGAMOE_OK) {
+    ncclResult_t r = ncclMemAlloc(&l->symmetric, l->layout.symmetric_bytes);
+    if (r != ncclSuccess)
+      st = mm_fail(MEGAMOE_ERR_OUT_OF_MEMORY, "ncclMemAlloc(%llu bytes): %s",
+                   (unsigned long long)l->layout.symmetric_bytes, ncclGetErrorString(r));
+  }
+  /* Flags start at zero everywhere before any rank can signal. */
+  if (st == MEGAMOE_OK && cudaMemset(l->symmetric, 0, l->layout.symmetric_bytes) != cudaSuccess)
+    st = mm_fail(MEGAMOE_ERR_CUDA, "cudaMemset(symmetric buffer) failed");
+  if (st == MEGAMOE_OK && cudaDeviceSynchronize() != cudaSuccess)
+    st = mm_fail(MEGAMOE_ERR_CUDA, "cudaDeviceSynchronize after allocation failed");
+  megamoe_status agreed = agree(l, st);
+  if (agreed != MEGAMOE_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", megamoe_last_error());
+    release(l);
+    return mm_fail(agreed, "%s", msg);
+  }
+
+  ncclResult_t r = ncclCommWindowRegister(comm, l->symmetric, l->layout.symmetric_bytes, &l->window,
+                                          NCCL_WIN_COLL_SYMMETRIC);
+  if (r != ncclSuccess) {
+    release(l);
+    return mm_fail(MEGAMOE_ERR_NCCL, "ncclCommWindowRegister: %s", ncclGetErrorString(r));
+  }
+  l->window_registered = 1;
+  uint8_t* peers[MEGAMOE_MAX_RANKS] = {0};
+  st = mm_resolve_peers(l->window, num_ranks, peers);
+  if (st != MEGAMOE_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", megamoe_last_error());
+    release(l);
+    return mm_fail(st, "%s", msg);
+  }
+  build_view(l, peers);
+  *layer_out = l;
+  return MEGAMOE_OK;
+}
+
+megamoe_status megamoe_destroy(megamoe_layer* layer) {
+  mm_clear_error();
+  if (!layer) return MEGAMOE_OK;
+  cudaError_t e = cudaDeviceSynchronize();
+  megamoe_status st = release(layer);
+  if (st == MEGAMOE_OK && e != cudaSuccess)
+    st = mm_fail(MEGAMOE_ERR_CUDA, "cudaDeviceSynchronize before destroy: %s", cudaGetErrorString(e));
+  return st;
+}
+
+megamoe_status megamoe_prepare_weights(megamoe_layer* l, const megamoe_weights* w,
+                                       cudaStream_t stream) {
+  mm_clear_error();
+  MM_CHECK_NULL(l, "layer");
+  MM_CHECK_NULL(w, "weights");
+  MM_CHECK_NULL(w->w1, "weights->w1");
+  MM_CHECK_NULL(w->w1_sf, "weights->w1_sf");
+  MM_CHECK_NULL(w->w2, "weights->w2");
+  MM_CHECK_NULL(w->w2_sf, "weights->w2_sf");
+  const uint64_t El = (uint64_t)l->layout.local_experts, H = (uint64_t)l->config.hidden,
+                 I = (uint64_t)l->config.intermediate;
+  if (((uintptr_t)w->w1 | (uintptr_t)w->w2) % 16)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "weights->w1 / w2 must be 16-byte aligned");
+  MM_TRY(mm_prepare_w1((const uint8_t*)w->w1, w->w1_sf, l->w1p, l->w1p_sf, (int32_t)El, (int32_t)H,
+                       (int32_t)I, stream));
+  CUDA_TRY(cudaMemcpyAsync(l->w2, w->w2, El * H * I, cudaMemcpyDeviceToDevice, stream));
+  CUDA_TRY(cudaMemcpyAsync(l->w2_sf, w->w2_sf, El * (H / 128) * (I / 128) * 4,
+                           cudaMemcpyDeviceToDevice, stream));
+  l->weights_ready = 1;
+  return MEGAMOE_OK;
+}
+
+megamoe_status megamoe_input_staging(megamoe_layer* l, void** x, float** x_sf) {
+  mm_clear_error();
+  MM_CHECK_NULL(l, "layer");
+  MM_CHECK_NULL(x, "x");
+  MM_CHECK_NULL(x_sf, "x_sf");
+  *x = l->view.peer_sym[l->rank] + l->view.offset[MM_SYM_INPUT_X];
+  *x_sf = (float*)(l->view.peer_sym[l->rank] + l->view.offset[MM_SYM_INPUT_X_SF]);
+  return MEGAMOE_OK;
+}
+
+megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
+                               cudaStream_t stream) {
+  mm_clear_error();
+  MM_CHECK_NULL(l, "layer");
+  MM_CHECK_NULL(a, "args");
+  if (l->failed)
+    return mm_fail(MEGAMOE_ERR_LAYER_FAILED, "an earlier forward timed out; destroy the layer");
+  if (!l->weights_ready)
+    return mm_fail(MEGAMOE_ERR_WEIGHTS_NOT_READY, "call megamoe_prepare_weights first");
+  const int64_t T = a->num_tokens;
+  if (T < 0) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "args->num_tokens = %lld: negative", (long long)T);
+  if (T > l->config.max_tokens_per_rank)
+    return mm_fail(MEGAMOE_ERR_TOO_MANY_TOKENS, "args->num_tokens = %lld: above max_tokens_per_rank = %lld",
+                   (long long)T, (long long)l->config.max_tokens_per_rank);
+  if (a->num_tokens_bound != 0 && (a->num_tokens_bound < T || a->num_tokens_bound > l->config.max_tokens_per_rank))
+    return mm_fail(MEGAMOE_ERR_TOO_MANY_TOKENS,
+                   "args->num_tokens_bound = %lld: must be 0 or in [num_tokens = %lld, max_tokens_per_rank = %lld]",
+                   (long long)a->num_tokens_bound, (long long)T, (long long)l->config.max_tokens_per_rank);
+  if (a->topk_idx_type != MEGAMOE_INDEX_INT32 && a->topk_idx_type != MEGAMOE_INDEX_INT64)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "args->topk_idx_type = %d: not a megamoe_index_type",
+                   (int)a->topk_idx_type);
+  if (T > 0) {
+    MM_CHECK_NULL(a->x, "args->x");
+    MM_CHECK_NULL(a->x_sf, "args->x_sf");
+    MM_CHECK_NULL(a->topk_idx, "args->topk_idx");
+    MM_CHECK_NULL(a->topk_w, "args->topk_w");
+    MM_CHECK_NULL(a->y, "args->y");
+    if ((uintptr_t)a->y % 16)
+      return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "args->y must be 16-byte aligned");
+    if ((uintptr_t)a->topk_idx % (a->topk_idx_type == MEGAMOE_INDEX_INT64 ? 8 : 4) ||
+        (uintptr_t)a->topk_w % 4 || (uintptr_t)a->x_sf % 4)
+      return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "args->topk_idx / topk_w / x_sf must be naturally aligned");
+  }
+  const uint64_t H = (uint64_t)l->config.hidden;
+  void* stage_x = NULL;
+  float* stage_sf = NULL;
+  megamoe_input_staging(l, &stage_x, &stage_sf);
+  if (T > 0 && a->x != stage_x)
+    CUDA_TRY(cudaMemcpyAsync(stage_x, a->x, (size_t)T * H, cudaMemcpyDeviceToDevice, stream));
+  if (T > 0 && a->x_sf != stage_sf)
+    CUDA_TRY(cudaMemcpyAsync(stage_sf, a->x_sf, (size_t)T * (H / 128) * 4, cudaMemcpyDeviceToDevice, stream));
+
+  mm_forward_view f;
+  memset(&f, 0, sizeof f);
+  f.x = (const uint8_t*)stage_x;
+  f.x_sf = stage_sf;
+  f.topk_idx = a->topk_idx;
+  f.topk_idx_int64 = a->topk_idx_type == MEGAMOE_INDEX_INT64;
+  f.topk_w = a->topk_w;
+  f.num_tokens = (int32_t)T;
+  f.y = (uint16_t*)a->y;
+  f.seq = ++l->seq;
+  return mm_staged_forward(&l->view, &f, l->w1p, l->w1p_sf, l->w2, l->w2_sf, (int)l->engine, stream);
+}
+
+static const char* site_name(int site) {
+  switch (site) {
+    case MM_SITE_BARRIER_DISPATCH: return "the dispatch barrier";
+    case MM_SITE_BARRIER_COMBINE: return "the combine barrier";
+    case MM_SITE_ROUTE: return "routing";
+    case MM_SITE_DISPATCH: return "dispatch";
+    case MM_SITE_REDUCE: return "reduce";
+  }
+  return "an unknown site";
+}
+
+megamoe_status megamoe_sync(megamoe_layer* l, cudaStream_t stream) {
+  mm_clear_error();
+  MM_CHECK_NULL(l, "layer");
+  CUDA_TRY(cudaStreamSynchronize(stream));
+  mm_device_status ds;
+  void* where = (uint8_t*)l->workspace + l->layout.regions[MM_WS_STATUS].offset;
+  CUDA_TRY(cudaMemcpy(&ds, where, sizeof ds, cudaMemcpyDeviceToHost));
+  if (ds.code == 0) return l->failed ? mm_fail(MEGAMOE_ERR_LAYER_FAILED, "the layer failed earlier") : MEGAMOE_OK;
+  megamoe_status code = (ds.code > 0 && ds.code < MEGAMOE_STATUS_COUNT) ? (megamoe_status)ds.code
+                                                                         : MEGAMOE_ERR_INTERNAL;
+  if (code == MEGAMOE_ERR_TIMEOUT) {
+    l->failed = 1;
+    return mm_fail(code, "rank %d: peer %d did not arrive at %s within %.1f s (flag 0x%llx, waiting for 0x%llx)",
+                   l->rank, ds.peer, site_name(ds.where), (double)l->view.timeout_ns * 1e-9,
+                   (unsigned long long)ds.seen, (unsigned long long)ds.want);
+  }
+  CUDA_TRY(cudaMemset(where, 0, sizeof ds));
+  switch (code) {
+    case MEGAMOE_ERR_BAD_TOPK_INDEX:
+      return mm_fail(code, "rank %d: topk_idx[%d] = %lld is outside [-1, %d)", l->rank, ds.detail,
+                     (long long)(int64_t)ds.seen, (int)l->config.num_experts);
+    case MEGAMOE_ERR_PEER_FAILED:
+      return mm_fail(code, "rank %d: peer %d reported %s at %s", l->rank, ds.peer,
+                     megamoe_status_string((megamoe_status)ds.detail), site_name(ds.where));
+    default:
+      return mm_fail(code, "rank %d: device check failed at %s (detail %d)", l->rank, site_name(ds.where), ds.detail);
+  }
+}
+
+const megamoe_config* megamoe_layer_config(const megamoe_layer* l) { return l ? &l->config : NULL; }
+int megamoe_layer_rank(const megamoe_layer* l) { return l ? l->rank : -1; }
+int megamoe_layer_num_ranks(const megamoe_layer* l) { return l ? l->num_ranks : 0; }
