@@ -26,7 +26,7 @@ endif
 
 BUILD   ?= build
 ARCH    ?= -gencode=arch=compute_90a,code=sm_90a
-INCS    := -Iinclude -Isrc -Isrc/device -Iref -I$(CUDA_HOME)/include -I$(NCCL_INC)
+INCS    := -Iinclude -Isrc -Isrc/device -Iref -Itests -Ibench -I$(CUDA_HOME)/include -I$(NCCL_INC)
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration $(INCS) -MMD -MP
 NVFLAGS ?= -O3 -lineinfo

@@ -1,0 +1,366 @@
+/* `megamoe bench`: the layer on the visible GPUs, arms side by side.
+ *
+ * Method (docs/DESIGN.md section 7): one process per rank; random weights and
+ * inputs drawn on the device; warm-up; before every timed call an L2 flush
+ * (a 256 MiB write) and an all-rank barrier; CUDA events around the forward;
+ * median over --iters calls per round; --rounds rounds with the arms
+ * bracketed (A B, B A, A B ...); each cell is the median of the round
+ * medians, the slowest rank's. Floors next to each row: compute at the
+ * measured fp8 rate, HBM bytes of the touched weights, NVLink bytes. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "bench.h"
+#include "host/procs.h"
+#include "megamoe.h"
+
+/* Measured on the H200 machines (docs/DESIGN.md section 6). */
+#define FP8_TFLOPS 1458.0     /* cuBLAS fp8, per-tensor scale, 8192^3 */
+#define HBM_READ_GBS 4470.0   /* HBM read-only */
+#define NVLINK_GBS 365.0      /* SM-driven writes/reads over NVLink, one way */
+
+#define MAX_ARMS 3
+#define MAX_POINTS 16
+
+typedef struct bench_opts {
+  int ranks;
+  int64_t hidden, intermediate;
+  int experts_per_rank, experts_total, top_k;
+  int64_t tokens[MAX_POINTS];
+  int num_points;
+  int64_t max_tokens;
+  megamoe_arm arms[MAX_ARMS];
+  int num_arms;
+  int iters, rounds;
+  const char* model;
+} bench_opts;
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double* v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#define CK(call)                                                                  \
+  do {                                                                            \
+    cudaError_t e_ = (call);                                                      \
+    if (e_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "rank %d: %s: %s\n", rank, #call, cudaGetErrorString(e_)); \
+      return 3;                                                                   \
+    }                                                                             \
+  } while (0)
+
+#define MK(call)                                                                       \
+  do {                                                                                 \
+    megamoe_status s_ = (call);                                                        \
+    if (s_ != MEGAMOE_OK) {                                                            \
+      fprintf(stderr, "rank %d: %s: %s\n", rank, #call, megamoe_last_error());          \
+      return 3;                                                                        \
+    }                                                                                  \
+  } while (0)
+
+typedef struct routing_stats {
+  double routed;        /* slots routed from every rank to this rank's experts */
+  double remote_in;     /* of those, from other ranks (pulled over NVLink) */
+  double experts_hit;   /* local experts with at least one row */
+  double my_remote;     /* this rank's slots going to other ranks (combine comes back) */
+} routing_stats;
+
+/* Routing of rank r: distinct uniform experts per token, drawn from a seed
+ * every rank knows, so each rank can count what lands on it. */
+static void draw_routing(int r, int64_t T, int K, int E, uint64_t seed, int32_t* idx, float* w) {
+  uint64_t s = seed * 7919u + (uint64_t)r * 104729u + 1;
+  for (int64_t t = 0; t < T; ++t)
+    for (int k = 0; k < K; ++k) {
+      int e, fresh;
+      do {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        e = (int)((s >> 33) % (uint64_t)E);
+        fresh = 1;
+        for (int j = 0; j < k; ++j) fresh &= idx[t * K + j] != e;
+      } while (!fresh);
+      idx[t * K + k] = e;
+      w[t * K + k] = 1.0f / (float)K;
+    }
+}
+
+static routing_stats routing_for(const bench_opts* o, int rank, int64_t T, uint64_t seed, int32_t* scratch_idx,
+                                 float* scratch_w) {
+  routing_stats s = {0, 0, 0, 0};
+  const int E = o->experts_total, K = o->top_k, El = E / o->ranks;
+  int* hit = calloc((size_t)El, sizeof(int));
+  for (int r = 0; r < o->ranks; ++r) {
+    draw_routing(r, T, K, E, seed, scratch_idx, scratch_w);
+    for (int64_t i = 0; i < T * K; ++i) {
+      const int dest = scratch_idx[i] / El;
+      if (dest == rank) {
+        s.routed += 1;
+        s.remote_in += r != rank;
+        hit[scratch_idx[i] % El] = 1;
+      }
+      if (r == rank && dest != rank) s.my_remote += 1;
+    }
+  }
+  for (int e = 0; e < El; ++e) s.experts_hit += hit[e];
+  free(hit);
+  return s;
+}
+
+typedef struct rank_ctx {
+  const bench_opts* o;
+} rank_ctx;
+
+static int allreduce_max(double* v, int n, ncclComm_t comm, cudaStream_t stream, int rank) {
+  double* d = NULL;
+  CK(cudaMalloc((void**)&d, sizeof(double) * (size_t)n));
+  CK(cudaMemcpy(d, v, sizeof(double) * (size_t)n, cudaMemcpyHostToDevice));
+  if (ncclAllReduce(d, d, (size_t)n, ncclFloat64, ncclMax, comm, stream) != ncclSuccess) return 3;
+  CK(cudaStreamSynchronize(stream));
+  CK(cudaMemcpy(v, d, sizeof(double) * (size_t)n, cudaMemcpyDeviceToHost));
+  cudaFree(d);
+  return 0;
+}
+
+static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vctx) {
+  const bench_opts* o = ((rank_ctx*)vctx)->o;
+  ncclComm_t comm;
+  MK(megamoe_comm_create(rank, num_ranks, id, &comm));
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int64_t H = o->hidden, I = o->intermediate, Tm = o->max_tokens;
+  const int E = o->experts_total, K = o->top_k, El = E / num_ranks;
+
+  /* Weights (checkpoint layout) drawn on the device. */
+  void *w1, *w2;
+  float *w1_sf, *w2_sf;
+  CK(cudaMalloc(&w1, (size_t)(El * 2 * I * H)));
+  CK(cudaMalloc(&w2, (size_t)(El * H * I)));
+  CK(cudaMalloc((void**)&w1_sf, sizeof(float) * (size_t)(El * (2 * I / 128) * (H / 128))));
+  CK(cudaMalloc((void**)&w2_sf, sizeof(float) * (size_t)(El * (H / 128) * (I / 128))));
+  const float s1 = (float)(1.0 / 64.0 / sqrt((double)H)), s2 = (float)(1.0 / 64.0 / sqrt((double)I));
+  mm_bench_fill_fp8(w1, (size_t)(El * 2 * I * H), 64.f, 11 + (uint64_t)rank, stream);
+  mm_bench_fill_fp8(w2, (size_t)(El * H * I), 64.f, 23 + (uint64_t)rank, stream);
+  mm_bench_fill_uniform(w1_sf, (size_t)(El * (2 * I / 128) * (H / 128)), 0.5f * s1, 1.5f * s1, 31 + (uint64_t)rank, stream);
+  mm_bench_fill_uniform(w2_sf, (size_t)(El * (H / 128) * (I / 128)), 0.5f * s2, 1.5f * s2, 37 + (uint64_t)rank, stream);
+  /* Inputs at the largest T; smaller points use a prefix. */
+  void *x, *y;
+  float *x_sf, *topk_w;
+  int32_t* topk_idx;
+  CK(cudaMalloc(&x, (size_t)(Tm * H)));
+  CK(cudaMalloc((void**)&x_sf, sizeof(float) * (size_t)(Tm * (H / 128))));
+  CK(cudaMalloc((void**)&topk_idx, sizeof(int32_t) * (size_t)(Tm * K)));
+  CK(cudaMalloc((void**)&topk_w, sizeof(float) * (size_t)(Tm * K)));
+  CK(cudaMalloc(&y, sizeof(uint16_t) * (size_t)(Tm * H)));
+  mm_bench_fill_fp8(x, (size_t)(Tm * H), 100.f, 41 + (uint64_t)rank, stream);
+  mm_bench_fill_uniform(x_sf, (size_t)(Tm * (H / 128)), 0.004f, 0.006f, 43 + (uint64_t)rank, stream);
+  const size_t flush_bytes = 256u << 20;
+  void* flush;
+  CK(cudaMalloc(&flush, flush_bytes));
+  double* d_sync;
+  CK(cudaMalloc((void**)&d_sync, sizeof(double)));
+  cudaEvent_t ev0, ev1;
+  CK(cudaEventCreate(&ev0));
+  CK(cudaEventCreate(&ev1));
+
+  megamoe_layer* layers[MAX_ARMS] = {0};
+  size_t sym_bytes[MAX_ARMS] = {0}, ws_bytes[MAX_ARMS] = {0};
+  for (int a = 0; a < o->num_arms; ++a) {
+    megamoe_config cfg = megamoe_config_make(H, I, E, K, Tm);
+    cfg.arm = o->arms[a];
+    megamoe_status st = megamoe_create(&cfg, comm, &layers[a]);
+    if (st == MEGAMOE_ERR_NOT_IMPLEMENTED) {
+      if (rank == 0) printf("arm %s: not implemented yet, skipped\n", megamoe_arm_name(cfg.arm));
+      layers[a] = NULL;
+      continue;
+    }
+    MK(st);
+    MK(megamoe_buffer_sizes(&cfg, num_ranks, &sym_bytes[a], &ws_bytes[a]));
+    megamoe_weights w = {w1, w1_sf, w2, w2_sf};
+    MK(megamoe_prepare_weights(layers[a], &w, stream));
+  }
+  CK(cudaStreamSynchronize(stream));
+
+  int32_t* h_idx = malloc(sizeof(int32_t) * (size_t)(Tm * K));
+  float* h_w = malloc(sizeof(float) * (size_t)(Tm * K));
+  if (rank == 0) {
+    printf("\nmegamoe bench: %s, H %lld, I %lld, %d experts (%d per rank), top-%d, %d rank(s), T_max %lld\n",
+           o->model, (long long)H, (long long)I, E, El, K, num_ranks, (long long)Tm);
+    printf("timing: L2 flush + all-rank barrier before each call, median of %d calls per round, %d rounds, arms bracketed; "
+           "each cell the slowest rank's median of round medians\n",
+           o->iters, o->rounds);
+    printf("floors per rank: compute at %.0f TFLOP/s fp8, HBM = touched weights at %.0f GB/s, NVLink = bytes in at %.0f GB/s\n\n",
+           FP8_TFLOPS, HBM_READ_GBS, NVLINK_GBS);
+    printf("%-7s %7s %10s %8s %9s %9s %8s %9s %9s %9s %7s\n", "arm", "T/rank", "us", "TFLOP/s", "NVL GB/s",
+           "symm MiB", "ws MiB", "fl.comp", "fl.HBM", "fl.NVL", "x floor");
+  }
+  for (int p = 0; p < o->num_points; ++p) {
+    const int64_t T = o->tokens[p];
+    const uint64_t seed = 1000 + (uint64_t)p;
+    routing_stats rs = routing_for(o, rank, T, seed, h_idx, h_w);
+    draw_routing(rank, T, K, E, seed, h_idx, h_w);
+    CK(cudaMemcpy(topk_idx, h_idx, sizeof(int32_t) * (size_t)(T * K), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(topk_w, h_w, sizeof(float) * (size_t)(T * K), cudaMemcpyHostToDevice));
+    megamoe_forward_args args = {x, x_sf, topk_idx, MEGAMOE_INDEX_INT32, topk_w, T, 0, y};
+    double cell[MAX_ARMS] = {0};
+    double round_median[MAX_ARMS][16];
+    double* times = malloc(sizeof(double) * (size_t)o->iters);
+    for (int a = 0; a < o->num_arms; ++a)
+      if (layers[a]) {
+        for (int i = 0; i < 3; ++i) MK(megamoe_forward(layers[a], &args, stream)); /* warm-up */
+        MK(megamoe_sync(layers[a], stream));
+      }
+    for (int round = 0; round < o->rounds; ++round) {
+      for (int j = 0; j < o->num_arms; ++j) {
+        const int a = round % 2 == 0 ? j : o->num_arms - 1 - j;
+        if (!layers[a]) continue;
+        for (int it = 0; it < o->iters; ++it) {
+          CK(cudaMemsetAsync(flush, it & 0xff, flush_bytes, stream));
+          if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
+          CK(cudaEventRecord(ev0, stream));
+          MK(megamoe_forward(layers[a], &args, stream));
+          CK(cudaEventRecord(ev1, stream));
+          CK(cudaEventSynchronize(ev1));
+          float ms = 0;
+          CK(cudaEventElapsedTime(&ms, ev0, ev1));
+          times[it] = ms * 1000.0;
+        }
+        MK(megamoe_sync(layers[a], stream));
+        round_median[a][round] = median(times, o->iters);
+      }
+    }
+    free(times);
+    for (int a = 0; a < o->num_arms; ++a)
+      if (layers[a]) cell[a] = median(round_median[a], o->rounds);
+    double worst[MAX_ARMS];
+    memcpy(worst, cell, sizeof worst);
+    if (allreduce_max(worst, MAX_ARMS, comm, stream, rank) != 0) return 3;
+    /* Floors for this rank (from its routing), then the slowest rank's. */
+    const double flops = 2.0 * rs.routed * 3.0 * (double)H * (double)I;
+    const double weight_bytes = rs.experts_hit * (3.0 * (double)H * (double)I);
+    const double nvl_bytes = rs.remote_in * ((double)H + (double)H / 32.0) + rs.my_remote * 2.0 * (double)H;
+    double floors[4] = {flops / (FP8_TFLOPS * 1e12) * 1e6, weight_bytes / (HBM_READ_GBS * 1e9) * 1e6,
+                        nvl_bytes / (NVLINK_GBS * 1e9) * 1e6, flops};
+    double nvl_rate[1] = {0};
+    if (allreduce_max(floors, 4, comm, stream, rank) != 0) return 3;
+    for (int a = 0; a < o->num_arms; ++a) {
+      if (!layers[a]) continue;
+      nvl_rate[0] = nvl_bytes / (worst[a] * 1e-6) / 1e9;
+      double rate = nvl_rate[0];
+      if (allreduce_max(&rate, 1, comm, stream, rank) != 0) return 3;
+      if (rank == 0) {
+        const double floor = fmax(floors[0], fmax(floors[1], floors[2]));
+        printf("%-7s %7lld %10.1f %8.1f %9.1f %9.1f %8.1f %9.1f %9.1f %9.1f %7.2f\n", megamoe_arm_name(o->arms[a]),
+               (long long)T, worst[a], floors[3] / (worst[a] * 1e-6) / 1e12, rate, sym_bytes[a] / 1048576.0,
+               ws_bytes[a] / 1048576.0, floors[0], floors[1], floors[2], worst[a] / floor);
+        fflush(stdout);
+      }
+    }
+  }
+  if (rank == 0)
+    printf("\nTFLOP/s per GPU = 2 * routed * 3 * H * I / t (the busiest rank's routed slots); x floor = us / max(floors)\n");
+  for (int a = 0; a < o->num_arms; ++a) MK(megamoe_destroy(layers[a]));
+  free(h_idx);
+  free(h_w);
+  cudaFree(w1);
+  cudaFree(w2);
+  cudaFree(w1_sf);
+  cudaFree(w2_sf);
+  cudaFree(x);
+  cudaFree(x_sf);
+  cudaFree(topk_idx);
+  cudaFree(topk_w);
+  cudaFree(y);
+  cudaFree(flush);
+  cudaFree(d_sync);
+  ncclCommDestroy(comm);
+  return 0;
+}
+
+static int parse_list(const char* s, int64_t* out, int max) {
+  int n = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", s);
+  for (char* tok = strtok(buf, ","); tok && n < max; tok = strtok(NULL, ",")) out[n++] = atoll(tok);
+  return n;
+}
+
+int mm_bench_layer_main(int argc, char** argv) {
+  bench_opts o;
+  memset(&o, 0, sizeof o);
+  o.model = "flash-rank";
+  o.hidden = 4096;
+  o.intermediate = 2048;
+  o.experts_per_rank = 32;
+  o.top_k = 6;
+  o.num_points = parse_list("64,512,2048,8192", o.tokens, MAX_POINTS);
+  o.iters = 20;
+  o.rounds = 3;
+  o.arms[0] = MEGAMOE_ARM_STAGED;
+  o.arms[1] = MEGAMOE_ARM_SPLIT;
+  o.arms[2] = MEGAMOE_ARM_FUSED;
+  o.num_arms = 3;
+  int gpus = mm_count_gpus();
+  o.ranks = gpus;
+  for (int i = 0; i < argc; ++i) {
+    const char* a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--ranks") && v) o.ranks = atoi(argv[++i]);
+    else if (!strcmp(a, "--tokens") && v) o.num_points = parse_list(argv[++i], o.tokens, MAX_POINTS);
+    else if (!strcmp(a, "--iters") && v) o.iters = atoi(argv[++i]);
+    else if (!strcmp(a, "--rounds") && v) o.rounds = atoi(argv[++i]);
+    else if (!strcmp(a, "--max-tokens") && v) o.max_tokens = atoll(argv[++i]);
+    else if (!strcmp(a, "--arms") && v) {
+      o.num_arms = 0;
+      char buf[64];
+      snprintf(buf, sizeof buf, "%s", argv[++i]);
+      for (char* tok = strtok(buf, ","); tok && o.num_arms < MAX_ARMS; tok = strtok(NULL, ",")) {
+        if (!strcmp(tok, "staged")) o.arms[o.num_arms++] = MEGAMOE_ARM_STAGED;
+        else if (!strcmp(tok, "split")) o.arms[o.num_arms++] = MEGAMOE_ARM_SPLIT;
+        else if (!strcmp(tok, "fused")) o.arms[o.num_arms++] = MEGAMOE_ARM_FUSED;
+        else {
+          fprintf(stderr, "bench: unknown arm '%s'\n", tok);
+          return 2;
+        }
+      }
+    } else if (!strcmp(a, "--model") && v) {
+      o.model = argv[++i];
+      if (!strcmp(o.model, "flash-rank")) { o.hidden = 4096; o.intermediate = 2048; o.experts_per_rank = 32; o.experts_total = 0; }
+      else if (!strcmp(o.model, "pro-rank")) { o.hidden = 7168; o.intermediate = 3072; o.experts_per_rank = 48; o.experts_total = 0; }
+      else if (!strcmp(o.model, "flash")) { o.hidden = 4096; o.intermediate = 2048; o.experts_total = 256; }
+      else if (!strcmp(o.model, "pro")) { o.hidden = 7168; o.intermediate = 3072; o.experts_total = 384; }
+      else {
+        fprintf(stderr, "bench: unknown model '%s' (flash, pro, flash-rank, pro-rank)\n", o.model);
+        return 2;
+      }
+      o.top_k = 6;
+    } else {
+      fprintf(stderr, "bench: unknown option '%s'\n", a);
+      return 2;
+    }
+  }
+  if (gpus == 0) {
+    fprintf(stderr, "bench: no GPU visible\n");
+    return 2;
+  }
+  if (o.ranks < 1 || o.ranks > gpus) {
+    fprintf(stderr, "bench: --ranks %d but %d GPU(s) visible\n", o.ranks, gpus);
+    return 2;
+  }
+  if (o.experts_total == 0) o.experts_total = o.experts_per_rank * o.ranks;
+  if (o.experts_total % o.ranks) {
+    fprintf(stderr, "bench: %d experts do not split over %d ranks\n", o.experts_total, o.ranks);
+    return 2;
+  }
+  if (o.max_tokens == 0)
+    for (int p = 0; p < o.num_points; ++p) o.max_tokens = o.tokens[p] > o.max_tokens ? o.tokens[p] : o.max_tokens;
+  rank_ctx ctx = {&o};
+  return mm_run_ranks(o.ranks, 3000.0, bench_rank, &ctx);
+}

@@ -1,0 +1,42 @@
+/* Fences, named barriers and register reconfiguration (PTX ISA "fence",
+ * "bar", "setmaxnreg"). */
+#ifndef MEGAMOE_PTX_SYNC_CUH
+#define MEGAMOE_PTX_SYNC_CUH
+
+#include <stdint.h>
+
+#ifndef MM_PTX_DEVICE
+#define MM_PTX_DEVICE __device__ __forceinline__
+#endif
+
+/* Orders this thread's generic-proxy shared-memory accesses before later
+ * async-proxy accesses (TMA, wgmma operands) to the same memory: every
+ * thread that wrote shared memory with ordinary stores that the tensor cores
+ * or the copy engine read next runs this before the barrier that hands the
+ * data over. */
+MM_PTX_DEVICE void mm_fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* Named barrier `id` (1..15; 0 is __syncthreads) over `count` threads, a
+ * multiple of 32; every participating warp executes it. */
+MM_PTX_DEVICE void mm_named_barrier_sync(uint32_t id, uint32_t count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+/* Register reconfiguration of the executing warpgroup. All four warps of
+ * the warpgroup execute the same one; the kernel needs a register cap at
+ * entry (__launch_bounds__(threads, 1)). */
+template <uint32_t kRegs>
+MM_PTX_DEVICE void mm_setmaxnreg_inc() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg count");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+template <uint32_t kRegs>
+MM_PTX_DEVICE void mm_setmaxnreg_dec() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg count");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+#endif

@@ -1,0 +1,183 @@
+/* GPU test runner: `make gpu-test`.
+ *
+ * The parent never touches CUDA. Each suite runs in child processes (one per
+ * rank) made by the library's launcher; rank 0 reports each test's combined
+ * result through a pipe, so a rank that crashes or hangs costs the tests it
+ * did not report, not the whole run. Without a GPU every test is skipped and
+ * the runner says so.
+ *
+ * Usage: gpu_tests [name-filter]. MEGAMOE_TEST_SEED fixes the seed;
+ * MEGAMOE_TEST_RANKS (e.g. "1,2") picks the rank counts of the layer tests
+ * (default: 1, 2 and all visible GPUs). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu_suites.h"
+#include "host/procs.h"
+#include "megamoe.h"
+#include "rank_ctx.h"
+
+typedef struct suite_run {
+  const char* label;            /* e.g. "EP2 simple" */
+  const mm_test* single;        /* single-GPU suite, or NULL */
+  const mm_rank_test* ranked;   /* multi-rank suite, or NULL */
+  const char* filter;
+  uint64_t seed;
+  int report_fd;
+} suite_run;
+
+static int matches(const suite_run* s, const char* name) {
+  return !s->filter || strstr(name, s->filter) != NULL;
+}
+
+static void report(const suite_run* s, mm_test_result r, const char* name) {
+  char line[512];
+  int n = snprintf(line, sizeof line, "%d %s %s\n", (int)r, s->label, name);
+  if (n > 0 && write(s->report_fd, line, (size_t)n) < 0) perror("report");
+  printf("[%s] %s %s\n", r == MM_TEST_PASS ? "PASS" : r == MM_TEST_SKIP ? "SKIP" : "FAIL", s->label, name);
+  fflush(stdout);
+}
+
+static int single_main(int rank, int num_ranks, const ncclUniqueId* id, void* vctx) {
+  const suite_run* s = (const suite_run*)vctx;
+  for (const mm_test* t = s->single; t->name; ++t)
+    if (matches(s, t->name)) report(s, t->fn(), t->name);
+  return 0;
+}
+
+/* Combines one test's result over the ranks: any FAIL fails, all SKIP skips. */
+static mm_test_result combine(const mm_rank_ctx* ctx, int* d_word, mm_test_result mine) {
+  int code = mine == MM_TEST_FAIL ? 2 : mine == MM_TEST_SKIP ? 1 : 0;
+  if (ctx->num_ranks == 1) return mine;
+  if (cudaMemcpy(d_word, &code, sizeof code, cudaMemcpyHostToDevice) != cudaSuccess ||
+      ncclAllReduce(d_word, d_word, 1, ncclInt32, ncclMax, ctx->comm, ctx->stream) != ncclSuccess ||
+      cudaStreamSynchronize(ctx->stream) != cudaSuccess ||
+      cudaMemcpy(&code, d_word, sizeof code, cudaMemcpyDeviceToHost) != cudaSuccess)
+    return MM_TEST_FAIL;
+  return code == 2 ? MM_TEST_FAIL : code == 1 ? MM_TEST_SKIP : MM_TEST_PASS;
+}
+
+static int ranked_main(int rank, int num_ranks, const ncclUniqueId* id, void* vctx) {
+  const suite_run* s = (const suite_run*)vctx;
+  mm_rank_ctx ctx = {rank, num_ranks, NULL, NULL, s->seed};
+  if (megamoe_comm_create(rank, num_ranks, id, &ctx.comm) != MEGAMOE_OK) {
+    fprintf(stderr, "rank %d: %s\n", rank, megamoe_last_error());
+    return 3;
+  }
+  int* d_word = NULL;
+  if (cudaStreamCreate(&ctx.stream) != cudaSuccess || cudaMalloc((void**)&d_word, sizeof(int)) != cudaSuccess) {
+    fprintf(stderr, "rank %d: stream/alloc failed\n", rank);
+    return 3;
+  }
+  for (const mm_rank_test* t = s->ranked; t->name; ++t) {
+    if (!matches(s, t->name)) continue;
+    mm_test_result r = num_ranks < t->min_ranks ? MM_TEST_SKIP : t->fn(&ctx);
+    r = combine(&ctx, d_word, r);
+    if (rank == 0) report(s, r, t->name);
+  }
+  cudaFree(d_word);
+  cudaStreamDestroy(ctx.stream);
+  ncclCommDestroy(ctx.comm);
+  return 0;
+}
+
+/* Runs one suite on num_ranks processes and counts what rank 0 reported;
+ * tests it never reported (a crash, a hang) count as failed. */
+static void run_suite(suite_run* s, int num_ranks, mm_test_counts* counts) {
+  int fds[2];
+  if (pipe(fds) != 0) {
+    perror("pipe");
+    counts->failed++;
+    return;
+  }
+  s->report_fd = fds[1];
+  int rc = mm_run_ranks(num_ranks, 1800.0, s->single ? single_main : ranked_main, s);
+  close(fds[1]);
+  char buf[1 << 16];
+  size_t len = 0;
+  ssize_t n;
+  while (len < sizeof buf - 1 && (n = read(fds[0], buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)n;
+  close(fds[0]);
+  buf[len] = '\0';
+  int reported = 0;
+  for (char* line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+    int code = atoi(line);
+    reported++;
+    if (code == MM_TEST_PASS) counts->passed++;
+    else if (code == MM_TEST_SKIP) counts->skipped++;
+    else counts->failed++;
+  }
+  int expected = 0;
+  if (s->single) {
+    for (const mm_test* t = s->single; t->name; ++t) expected += matches(s, t->name);
+  } else {
+    for (const mm_rank_test* t = s->ranked; t->name; ++t) expected += matches(s, t->name);
+  }
+  if (reported < expected) {
+    printf("[FAIL] %s: %d test(s) not reported (launcher rc %d: a rank crashed or hung)\n", s->label,
+           expected - reported, rc);
+    counts->failed += expected - reported;
+  } else if (rc != 0) {
+    printf("[FAIL] %s: a rank exited with an error after its tests\n", s->label);
+    counts->failed++;
+  }
+}
+
+static int count_all(const char* filter) {
+  int n = 0;
+  for (const mm_test* t = mm_gemm_gpu_tests; t->name; ++t) n += !filter || strstr(t->name, filter);
+  for (const mm_rank_test* t = mm_layer_tests; t->name; ++t) n += !filter || strstr(t->name, filter);
+  return n;
+}
+
+int main(int argc, char** argv) {
+  const char* filter = argc > 1 ? argv[1] : NULL;
+  const char* seed_env = getenv("MEGAMOE_TEST_SEED");
+  uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
+  mm_test_counts counts = {0, 0, 0};
+  int gpus = mm_count_gpus();
+  if (gpus == 0) {
+    printf("no GPU visible: skipping every GPU test\n");
+    counts.skipped = count_all(filter);
+    mm_test_print_summary(&counts);
+    return 0;
+  }
+  printf("GPU tests on %d visible GPU(s), seed %llu (MEGAMOE_TEST_SEED=%llu reproduces)\n", gpus,
+         (unsigned long long)seed, (unsigned long long)seed);
+
+  suite_run gemm = {"gemm", mm_gemm_gpu_tests, NULL, filter, seed, -1};
+  run_suite(&gemm, 1, &counts);
+
+  int rank_counts[4] = {1, 2, gpus, 0}, nrc = 0;
+  const char* ranks_env = getenv("MEGAMOE_TEST_RANKS");
+  if (ranks_env) {
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%s", ranks_env);
+    for (char* tok = strtok(tmp, ","); tok && nrc < 3; tok = strtok(NULL, ",")) rank_counts[nrc++] = atoi(tok);
+  } else {
+    nrc = gpus > 2 ? 3 : 2;
+  }
+  const char* engines[2] = {"simple", "wgmma"};
+  for (int e = 0; e < 2; ++e) {
+    setenv("MEGAMOE_GEMM", engines[e], 1);
+    for (int i = 0; i < nrc; ++i) {
+      const int r = rank_counts[i];
+      char label[64];
+      snprintf(label, sizeof label, "EP%d %s", r, engines[e]);
+      suite_run s = {label, NULL, mm_layer_tests, filter, seed + (uint64_t)r, -1};
+      if (r < 1 || r > gpus) {
+        printf("[SKIP] %s: needs %d GPUs, %d visible\n", label, r, gpus);
+        for (const mm_rank_test* t = mm_layer_tests; t->name; ++t) counts.skipped += matches(&s, t->name);
+        continue;
+      }
+      run_suite(&s, r, &counts);
+    }
+  }
+  mm_test_print_summary(&counts);
+  return counts.failed ? 1 : 0;
+}

@@ -1,0 +1,25 @@
+/* What a multi-rank GPU test sees: its rank, the communicator, a stream. */
+#ifndef MEGAMOE_TEST_RANK_CTX_H
+#define MEGAMOE_TEST_RANK_CTX_H
+
+#include "../harness.h"
+#include "megamoe.h"
+
+typedef struct mm_rank_ctx {
+  int rank, num_ranks;
+  ncclComm_t comm;
+  cudaStream_t stream;
+  uint64_t seed; /* the run's base seed, printed by the runner */
+} mm_rank_ctx;
+
+/* A test every rank runs; the results of all ranks combine (any FAIL fails). */
+typedef struct mm_rank_test {
+  const char* name;
+  mm_test_result (*fn)(const mm_rank_ctx* ctx);
+  int min_ranks; /* skipped below this many ranks */
+} mm_rank_test;
+
+/* tests/gpu/test_layer.c */
+extern const mm_rank_test mm_layer_tests[];
+
+#endif

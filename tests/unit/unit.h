@@ -1,0 +1,27 @@
+/* Shared declarations of the CPU unit test runner. */
+#ifndef MEGAMOE_UNIT_H
+#define MEGAMOE_UNIT_H
+
+#include <stdint.h>
+
+#include "../harness.h"
+
+/* Base seed of this run (main.c prints it; MM_TEST_SEED replays one). */
+extern uint64_t unit_seed;
+
+/* A generator for one test: the run's seed mixed with a per-test salt, so
+ * tests do not share streams and a failure replays from the printed seed. */
+static inline mm_rng unit_rng(uint64_t salt) {
+  mm_rng r = {unit_seed ^ (salt * 0xd1342543de82ef95ull)};
+  return r;
+}
+
+extern const mm_test unit_suite_e4m3[];
+extern const mm_test unit_suite_bf16[];
+extern const mm_test unit_suite_quant[];
+extern const mm_test unit_suite_diff[];
+extern const mm_test unit_suite_ref_layer[];
+extern const mm_test unit_suite_config[];
+extern const mm_test unit_suite_layout[];
+
+#endif
