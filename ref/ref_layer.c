@@ -7,17 +7,25 @@
 
 #include "host/errors.h"
 #include "ref.h"
+#include "ref_internal.h"
 
 /* Rows of the GEMM micro-block. The gathered rows of an expert are padded to
  * a multiple of it with zeros, so the kernel has no remainder path. */
 #define ROW_BLOCK 4
 /* Columns of the micro-block (every column count here is a multiple of 128). */
 #define COL_BLOCK 2
-/* Independent partial sums per dot product. Exactness makes the split free
- * (see block_sums); two doubles fill one SSE2 register. */
-#define LANES 2
 /* Target bytes of the weight columns one pass over the row blocks reuses. */
 #define WEIGHT_TILE_BYTES (192 * 1024)
+
+/* x86 with GCC or Clang: the block sums also come in an AVX2 build, picked at
+ * run time. Both builds give the same bits (the sums are exact). */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define REF_X86_DISPATCH 1
+#define REF_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define REF_X86_DISPATCH 0
+#define REF_ALWAYS_INLINE inline
+#endif
 
 typedef struct routed_row {
   int32_t rank;
@@ -26,16 +34,20 @@ typedef struct routed_row {
 } routed_row;
 
 /* The 4 x 2 exact block sums S[r][c] = sum_i a_r[i] * b_c[i] over len
- * elements (a multiple of LANES). Every product of two decoded e4m3 values
+ * elements (a multiple of lanes). Every product of two decoded e4m3 values
  * is exact and every partial sum stays exact in double (ref.h), so splitting
- * each sum over LANES independent accumulators changes nothing, and lets the
- * compiler keep them in vector registers. */
-static void block_sums(const double* a0, const double* a1, const double* a2, const double* a3,
-                       const double* b0, const double* b1, int len, double sums[ROW_BLOCK][COL_BLOCK]) {
-  double s00[LANES] = {0}, s01[LANES] = {0}, s10[LANES] = {0}, s11[LANES] = {0};
-  double s20[LANES] = {0}, s21[LANES] = {0}, s30[LANES] = {0}, s31[LANES] = {0};
-  for (int i = 0; i < len; i += LANES) {
-    for (int l = 0; l < LANES; ++l) {
+ * each sum over `lanes` independent accumulators (and fusing a multiply-add)
+ * changes nothing, and lets the compiler keep them in vector registers.
+ * lanes is a constant at each call site: 2 fills an SSE2 register, 4 an AVX2
+ * one. */
+#define MAX_LANES 4
+static REF_ALWAYS_INLINE void block_sums_body(const double* a0, const double* a1, const double* a2,
+                                              const double* a3, const double* b0, const double* b1,
+                                              int len, double sums[ROW_BLOCK][COL_BLOCK], const int lanes) {
+  double s00[MAX_LANES] = {0}, s01[MAX_LANES] = {0}, s10[MAX_LANES] = {0}, s11[MAX_LANES] = {0};
+  double s20[MAX_LANES] = {0}, s21[MAX_LANES] = {0}, s30[MAX_LANES] = {0}, s31[MAX_LANES] = {0};
+  for (int i = 0; i < len; i += lanes) {
+    for (int l = 0; l < lanes; ++l) {
       const double w0 = b0[i + l], w1 = b1[i + l];
       s00[l] += a0[i + l] * w0;
       s01[l] += a0[i + l] * w1;
@@ -47,14 +59,65 @@ static void block_sums(const double* a0, const double* a1, const double* a2, con
       s31[l] += a3[i + l] * w1;
     }
   }
-  sums[0][0] = s00[0] + s00[1];
-  sums[0][1] = s01[0] + s01[1];
-  sums[1][0] = s10[0] + s10[1];
-  sums[1][1] = s11[0] + s11[1];
-  sums[2][0] = s20[0] + s20[1];
-  sums[2][1] = s21[0] + s21[1];
-  sums[3][0] = s30[0] + s30[1];
-  sums[3][1] = s31[0] + s31[1];
+  for (int l = 1; l < lanes; ++l) {
+    s00[0] += s00[l];
+    s01[0] += s01[l];
+    s10[0] += s10[l];
+    s11[0] += s11[l];
+    s20[0] += s20[l];
+    s21[0] += s21[l];
+    s30[0] += s30[l];
+    s31[0] += s31[l];
+  }
+  sums[0][0] = s00[0];
+  sums[0][1] = s01[0];
+  sums[1][0] = s10[0];
+  sums[1][1] = s11[0];
+  sums[2][0] = s20[0];
+  sums[2][1] = s21[0];
+  sums[3][0] = s30[0];
+  sums[3][1] = s31[0];
+}
+
+typedef void (*block_sums_fn)(const double*, const double*, const double*, const double*, const double*,
+                              const double*, int, double[ROW_BLOCK][COL_BLOCK]);
+
+static void block_sums_portable(const double* a0, const double* a1, const double* a2, const double* a3,
+                                const double* b0, const double* b1, int len,
+                                double sums[ROW_BLOCK][COL_BLOCK]) {
+  block_sums_body(a0, a1, a2, a3, b0, b1, len, sums, 2);
+}
+
+#if REF_X86_DISPATCH
+__attribute__((target("avx2,fma"))) static void block_sums_avx2(const double* a0, const double* a1,
+                                                                const double* a2, const double* a3,
+                                                                const double* b0, const double* b1, int len,
+                                                                double sums[ROW_BLOCK][COL_BLOCK]) {
+  block_sums_body(a0, a1, a2, a3, b0, b1, len, sums, 4);
+}
+#endif
+
+static int allow_vector_path = 1;
+
+int ref_set_vector_path(int allow) {
+  const int previous = allow_vector_path;
+  allow_vector_path = allow != 0;
+  return previous;
+}
+
+int ref_vector_path_available(void) {
+#if REF_X86_DISPATCH
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return 0;
+#endif
+}
+
+static block_sums_fn pick_block_sums(void) {
+#if REF_X86_DISPATCH
+  if (allow_vector_path && ref_vector_path_available()) return block_sums_avx2;
+#endif
+  return block_sums_portable;
 }
 
 /* out[m, n] = (float)(sum over kb ascending of
@@ -70,6 +133,7 @@ static void block_scaled_gemm(const double* a, const float* a_sf, int64_t rows, 
                               float* out) {
   const int64_t a_blocks = depth / block;
   const int64_t b_blocks = depth / 128;
+  const block_sums_fn block_sums = pick_block_sums();
   /* Columns per tile: the tile's weights stay in cache while every row block
    * passes over them. */
   int64_t tile = WEIGHT_TILE_BYTES / (depth * (int64_t)sizeof(double));

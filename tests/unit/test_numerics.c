@@ -36,12 +36,18 @@ static int e4m3_is_nan_code(int code) { return (code & 0x7F) == 0x7F; }
 static uint8_t e4m3_brute_force(float x) {
   if (isnan(x)) return 0x7F;
   const int negative = signbit(x) != 0;
+  static double candidates[0x7F];
+  static int have_candidates = 0;
+  if (!have_candidates) {
+    for (int c = 0; c <= 0x7E; ++c) candidates[c] = e4m3_formula(c);
+    have_candidates = 1;
+  }
   int best = 0x7E;
   if (!isinf(x)) {
     const double mag = fabs((double)x);
     double best_dist = INFINITY;
     for (int c = 0; c <= 0x7E; ++c) {
-      const double d = fabs(mag - e4m3_formula(c));
+      const double d = fabs(mag - candidates[c]);
       if (d < best_dist || (d == best_dist && (c & 1) == 0)) {
         best = c;
         best_dist = d;

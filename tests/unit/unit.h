@@ -16,6 +16,11 @@ static inline mm_rng unit_rng(uint64_t salt) {
   return r;
 }
 
+/* The last error message (megamoe_last_error) names what it should. */
+#define CHECK_MESSAGE_HAS(text)                                                         \
+  CHECK_MSG(strstr(megamoe_last_error(), (text)) != NULL, "message \"%s\" lacks \"%s\"", \
+            megamoe_last_error(), (text))
+
 extern const mm_test unit_suite_e4m3[];
 extern const mm_test unit_suite_bf16[];
 extern const mm_test unit_suite_quant[];

@@ -7,7 +7,7 @@
  *   MM_GEMM_OUT_F32   D fp32 [rows_cap, n]
  *   MM_GEMM_OUT_BF16  D bf16 [rows_cap, n] (round to nearest even)
  *   MM_GEMM_OUT_SWIGLU_FP8  the L1 epilogue: B is the prepared W1 (gate/up
- *                      128-row blocks interleaved), n = 2I, output written
+ *                      64-row chunks interleaved, MM_W1_INTERLEAVE), n = 2I, output written
  *                      through mm_swiglu_epilogue (fp8 + per-group scales).
  * Only rows below expert_count[e] within each expert's range are written. */
 #ifndef MEGAMOE_GEMM_H

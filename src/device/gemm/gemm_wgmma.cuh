@@ -73,9 +73,23 @@
  *   mm_gemm_produce_tile<Cfg>(...)        producer thread: the K loop of one tile
  *   mm_gemm_consume_tile<Cfg>(...)        math warpgroup: the K loop of one tile
  *                                          into acc[kWaves][64] (registers)
- *   mm_gemm_epilogue_f32/_bf16/_swiglu<Cfg>(...)  math warpgroup: store acc
+ *   mm_gemm_epilogue_store<Cfg, bf16>(...)  math warpgroup: fp32 / bf16 D from acc
+ *   mm_gemm_epilogue_swiglu<Cfg>(...)       math warpgroup: SwiGLU + FP8 from acc
+ *   mm_gemm_wgmma_kernel<Cfg, kOut>         the whole persistent kernel, as a
+ *                                           template of how to combine them
+ * A kernel of its own can use another shared-memory layout: the device
+ * functions only need an mm_gemm_smem (stage and barrier addresses, the
+ * scheduler arrays) and an mm_gemm_pipe per role, advanced identically.
  * Output stores are plain st.global from the accumulator fragment, masked to
- * valid rows; the epilogues use no shared memory.
+ * valid rows; the epilogues use no shared memory and no CTA-wide barrier
+ * (each math warpgroup stores its own part of the tile).
+ *
+ * ---- Numerics ------------------------------------------------------------------
+ * acc = fma(part, sa * sb, acc) per (promotion block, wave), in K order; the
+ * wgmma chain inside a block accumulates in the tensor cores' fp32. bf16:
+ * round to nearest even. SwiGLU: common.cuh's mm_swiglu (clamp, then
+ * g / (1 + expf(-g)) * u), times the row weight, sf = mm_group_scale(amax)
+ * = max(amax, 1e-10f) / 448, q = e4m3 satfinite of a / sf (IEEE division).
  */
 #ifndef MEGAMOE_GEMM_WGMMA_CUH
 #define MEGAMOE_GEMM_WGMMA_CUH

@@ -1,0 +1,390 @@
+/* `megamoe bench-gemm`: our grouped FP8 GEMM (wgmma engine) against cuBLASLt
+ * block-scaled FP8 (A: VEC128_32F per row per 128-K block, B: BLK128x128_32F)
+ * on the same data in one run (issue 4).
+ *
+ * Shapes: (N, K) in {(4096, 4096), (4096, 2048), (6144, 7168), (7168, 3072)},
+ * total rows M in {256, 2048, 16384, 65536} spread over 32 experts (M / 32
+ * rows each, padded to 128 in the pool). cuBLASLt 13.1 has no grouped batch
+ * mode, so its arm is one cublasLtMatmul per expert (32 per call, bf16 out);
+ * ours is one launch (bf16 out).
+ *
+ * Timing: CUDA events around each call; before every timed call the L2 is
+ * flushed (a 256 MB memset) and a 0.5 ms spin kernel lets the host enqueue
+ * the call before the GPU reaches it (so host launch overhead, 32 launches
+ * for cuBLASLt, is not timed); 3 warm-up rounds, then `iters` rounds (>= 20)
+ * alternating the arms' order (A B, B A, ...); each cell is the median.
+ * TFLOP/s = 2 M N K / t. HBM floor = E N K bytes / 4.47 TB/s (reading the
+ * weights once). diff (DESIGN.md's metric) of ours vs cuBLASLt is printed per
+ * shape.
+ *
+ * Options: --quick (N = K = 4096 only, M in {256, 16384}), --nk N,K and
+ * --m M (one shape), --iters I, --tiles (also time every tile shape of ours),
+ * --no-check (skip the diff). */
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "gemm/gemm.h"
+#include "gemm/gemm_wgmma.cuh"
+#include "gemm_cublaslt.cuh"
+
+namespace {
+
+#define BENCH_CUDA(call)                                                                              \
+  do {                                                                                                \
+    cudaError_t e_ = (call);                                                                          \
+    if (e_ != cudaSuccess) {                                                                          \
+      fprintf(stderr, "bench-gemm: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      return 1;                                                                                       \
+    }                                                                                                 \
+  } while (0)
+
+const int kExperts = 32;
+const double kHbmBytesPerS = 4.47e12;
+
+__global__ void bench_gemm_spin_kernel(uint64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+/* sums[0] += a * b, sums[1] += a * a, sums[2] += b * b over bf16 pairs. */
+__global__ void bench_gemm_diff_kernel(const uint16_t* a, const uint16_t* b, int64_t n, double* sums) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const double x = __uint_as_float((uint32_t)a[i] << 16), y = __uint_as_float((uint32_t)b[i] << 16);
+    ab += x * y;
+    aa += x * x;
+    bb += y * y;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    ab += __shfl_xor_sync(0xffffffffu, ab, o);
+    aa += __shfl_xor_sync(0xffffffffu, aa, o);
+    bb += __shfl_xor_sync(0xffffffffu, bb, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(sums + 0, ab);
+    atomicAdd(sums + 1, aa);
+    atomicAdd(sums + 2, bb);
+  }
+}
+
+int cmp_float(const void* x, const void* y) {
+  const float a = *(const float*)x, b = *(const float*)y;
+  return a < b ? -1 : a > b;
+}
+
+float median(float* v, int n) {
+  qsort(v, (size_t)n, sizeof(float), cmp_float);
+  return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct bench_opts {
+  int quick, iters, tiles, check;
+  int n, k, m; /* 0: the default lists */
+};
+
+/* One grouped problem on the device. */
+struct gemm_data {
+  int n, k, m, rows_per_expert, rows_cap;
+  uint8_t* a;
+  float* a_sf;
+  float* a_sf_lt; /* [E][K/128][c]: cuBLASLt's packed VEC128 layout */
+  int* offset;
+  int* count;
+  uint16_t* d_ours;
+  uint16_t* d_lt;
+  mm_gemm_problem gp;
+};
+
+struct arm_ctx {
+  gemm_data* g;
+  const uint8_t* b;
+  const float* b_sf;
+  mm_lt* lt;
+  mm_gemm_tile tile;
+};
+
+/* Runs one arm once on stream 0. Returns 0 on success. */
+int run_ours(arm_ctx* c) {
+  const megamoe_status st = mm_gemm_wgmma_tiled(&c->g->gp, MM_GEMM_OUT_BF16, c->g->d_ours, NULL, c->tile, 0);
+  if (st != MEGAMOE_OK) {
+    fprintf(stderr, "bench-gemm: ours: %s: %s\n", megamoe_status_string(st), megamoe_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+int run_lt(arm_ctx* c) {
+  gemm_data* g = c->g;
+  const int L = g->k / 128, cnt = g->rows_per_expert;
+  for (int e = 0; e < kExperts; ++e) {
+    const int64_t off = (int64_t)e * g->rows_cap / kExperts;
+    if (mm_lt_matmul(c->lt, cnt, g->n, g->k, g->a + off * g->k, g->a_sf_lt + (int64_t)e * L * cnt,
+                     c->b + (int64_t)e * g->n * g->k, c->b_sf + (int64_t)e * (g->n / 128) * L, g->d_lt + off * g->n,
+                     0)) {
+      fprintf(stderr, "bench-gemm: cuBLASLt: %s\n", c->lt->error);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Times one call: flush, spin, events around the call. */
+int time_call(int (*fn)(arm_ctx*), arm_ctx* c, void* flush, size_t flush_bytes, int round, cudaEvent_t e0,
+              cudaEvent_t e1, float* ms) {
+  BENCH_CUDA(cudaMemsetAsync(flush, round & 0xFF, flush_bytes, 0));
+  bench_gemm_spin_kernel<<<1, 1>>>(500000ull);
+  BENCH_CUDA(cudaEventRecord(e0, 0));
+  if (fn(c)) return 1;
+  BENCH_CUDA(cudaEventRecord(e1, 0));
+  BENCH_CUDA(cudaEventSynchronize(e1));
+  BENCH_CUDA(cudaEventElapsedTime(ms, e0, e1));
+  return 0;
+}
+
+int data_alloc(gemm_data* g, int n, int k, int m, uint64_t seed) {
+  memset(g, 0, sizeof *g);
+  g->n = n;
+  g->k = k;
+  g->m = m;
+  g->rows_per_expert = m / kExperts;
+  const int pad = (g->rows_per_expert + 127) / 128 * 128;
+  g->rows_cap = pad * kExperts;
+  const int64_t R = g->rows_cap, L = k / 128;
+  BENCH_CUDA(cudaMalloc((void**)&g->a, R * k));
+  BENCH_CUDA(cudaMalloc((void**)&g->a_sf, sizeof(float) * L * R));
+  BENCH_CUDA(cudaMalloc((void**)&g->a_sf_lt, sizeof(float) * L * g->rows_per_expert * kExperts));
+  BENCH_CUDA(cudaMalloc((void**)&g->offset, sizeof(int) * (kExperts + 1)));
+  BENCH_CUDA(cudaMalloc((void**)&g->count, sizeof(int) * kExperts));
+  BENCH_CUDA(cudaMalloc((void**)&g->d_ours, R * n * 2));
+  BENCH_CUDA(cudaMalloc((void**)&g->d_lt, R * n * 2));
+  if (mm_bench_fill_fp8(g->a, (size_t)(R * k), 1.0f, seed, NULL) ||
+      mm_bench_fill_uniform(g->a_sf, (size_t)(L * R), 0x1p-10f, 0x1p-6f, seed + 1, NULL)) {
+    fprintf(stderr, "bench-gemm: fill failed\n");
+    return 1;
+  }
+  int h_off[kExperts + 1], h_cnt[kExperts];
+  for (int e = 0; e <= kExperts; ++e) h_off[e] = e * pad;
+  for (int e = 0; e < kExperts; ++e) h_cnt[e] = g->rows_per_expert;
+  BENCH_CUDA(cudaMemcpy(g->offset, h_off, sizeof h_off, cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(g->count, h_cnt, sizeof h_cnt, cudaMemcpyHostToDevice));
+  for (int e = 0; e < kExperts; ++e)
+    BENCH_CUDA(cudaMemcpy2D(g->a_sf_lt + (int64_t)e * L * g->rows_per_expert, sizeof(float) * g->rows_per_expert,
+                            g->a_sf + h_off[e], sizeof(float) * R, sizeof(float) * g->rows_per_expert, L,
+                            cudaMemcpyDeviceToDevice));
+  mm_gemm_problem* p = &g->gp;
+  p->a = g->a;
+  p->a_sf = g->a_sf;
+  p->a_sf_block = 128;
+  p->b = NULL; /* set by the caller */
+  p->b_sf = NULL;
+  p->b_sf_block_n = 128;
+  p->expert_offset = g->offset;
+  p->expert_count = g->count;
+  p->num_experts = kExperts;
+  p->rows_cap = g->rows_cap;
+  p->n = n;
+  p->k = k;
+  return 0;
+}
+
+void data_free(gemm_data* g) {
+  cudaFree(g->a);
+  cudaFree(g->a_sf);
+  cudaFree(g->a_sf_lt);
+  cudaFree(g->offset);
+  cudaFree(g->count);
+  cudaFree(g->d_ours);
+  cudaFree(g->d_lt);
+  memset(g, 0, sizeof *g);
+}
+
+int parse_opts(int argc, char** argv, bench_opts* o) {
+  memset(o, 0, sizeof *o);
+  o->iters = 30;
+  o->check = 1;
+  for (int i = 0; i < argc; ++i) {
+    if (!strcmp(argv[i], "--quick")) o->quick = 1;
+    else if (!strcmp(argv[i], "--tiles")) o->tiles = 1;
+    else if (!strcmp(argv[i], "--no-check")) o->check = 0;
+    else if (!strcmp(argv[i], "--iters") && i + 1 < argc) o->iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--m") && i + 1 < argc) o->m = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--nk") && i + 1 < argc) {
+      if (sscanf(argv[++i], "%d,%d", &o->n, &o->k) != 2) return 1;
+    } else {
+      fprintf(stderr,
+              "usage: megamoe bench-gemm [--quick] [--nk N,K] [--m M] [--iters I (>= 20)] [--tiles] [--no-check]\n");
+      return 1;
+    }
+  }
+  if (o->iters < 20) o->iters = 20;
+  if ((o->n && (o->n % 256 || o->k % 512 || o->n <= 0 || o->k <= 0)) || (o->m && (o->m % (4 * kExperts) || o->m < 0))) {
+    fprintf(stderr, "bench-gemm: N must be a multiple of 256, K of 512, M of %d\n", 4 * kExperts);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+extern "C" int mm_bench_gemm_main(int argc, char** argv) {
+  bench_opts o;
+  if (parse_opts(argc, argv, &o)) return 2;
+
+  static const int kNK[4][2] = {{4096, 4096}, {4096, 2048}, {6144, 7168}, {7168, 3072}};
+  static const int kM[4] = {256, 2048, 16384, 65536};
+  int nk[4][2], num_nk = 0, ms[4], num_m = 0;
+  if (o.n) {
+    nk[0][0] = o.n;
+    nk[0][1] = o.k;
+    num_nk = 1;
+  } else {
+    for (int i = 0; i < (o.quick ? 1 : 4); ++i) {
+      nk[num_nk][0] = kNK[i][0];
+      nk[num_nk][1] = kNK[i][1];
+      num_nk++;
+    }
+  }
+  if (o.m) {
+    ms[num_m++] = o.m;
+  } else {
+    for (int i = 0; i < 4; ++i)
+      if (!o.quick || kM[i] == 256 || kM[i] == 16384) ms[num_m++] = kM[i];
+  }
+
+  int dev = 0;
+  cudaDeviceProp prop;
+  BENCH_CUDA(cudaGetDevice(&dev));
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
+  printf("bench-gemm on %s (%d SMs): grouped FP8 GEMM, %d experts, bf16 out; ours = one persistent launch, "
+         "cuBLASLt = %d cublasLtMatmul calls (block-scaled VEC128_32F x BLK128x128_32F, no grouped mode in this "
+         "cuBLASLt); median of %d calls, L2 flushed before each\n",
+         prop.name, prop.multiProcessorCount, kExperts, kExperts, o.iters);
+
+  mm_lt lt;
+  if (mm_lt_init(&lt)) {
+    fprintf(stderr, "bench-gemm: cuBLASLt init: %s\n", lt.error);
+    return 1;
+  }
+  const size_t flush_bytes = (size_t)256 << 20;
+  void* flush = NULL;
+  double* d_sums = NULL;
+  BENCH_CUDA(cudaMalloc(&flush, flush_bytes));
+  BENCH_CUDA(cudaMalloc((void**)&d_sums, 3 * sizeof(double)));
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  float* t_ours = (float*)malloc(sizeof(float) * o.iters);
+  float* t_lt = (float*)malloc(sizeof(float) * o.iters);
+
+  printf("%6s %6s %6s %8s %10s %9s %10s %9s %8s %9s %10s\n", "N", "K", "M", "tile", "ours_us", "ours_TF/s",
+         "cublas_us", "cublas_TF", "lt/ours", "hbm_us", "diff");
+  int rc = 0;
+  for (int si = 0; si < num_nk && rc == 0; ++si) {
+    const int n = nk[si][0], k = nk[si][1], L = k / 128;
+    uint8_t* b = NULL;
+    float* b_sf = NULL;
+    BENCH_CUDA(cudaMalloc((void**)&b, (size_t)kExperts * n * k));
+    BENCH_CUDA(cudaMalloc((void**)&b_sf, sizeof(float) * kExperts * (n / 128) * L));
+    if (mm_bench_fill_fp8(b, (size_t)kExperts * n * k, 1.0f, 1000 + si, NULL) ||
+        mm_bench_fill_uniform(b_sf, (size_t)kExperts * (n / 128) * L, 0x1p-10f, 0x1p-6f, 2000 + si, NULL)) {
+      fprintf(stderr, "bench-gemm: fill failed\n");
+      return 1;
+    }
+    const double hbm_us = (double)kExperts * n * k / kHbmBytesPerS * 1e6;
+
+    for (int mi = 0; mi < num_m && rc == 0; ++mi) {
+      const int m = ms[mi];
+      gemm_data g;
+      if (data_alloc(&g, n, k, m, 3000 + 17 * si + mi)) {
+        rc = 1;
+        break;
+      }
+      g.gp.b = b;
+      g.gp.b_sf = b_sf;
+      arm_ctx c = {&g, b, b_sf, &lt, MM_GEMM_TILE_AUTO};
+      const mm_gemm_tile auto_tile = mm_gemm_wgmma_pick_tile(&g.gp, MM_GEMM_OUT_BF16, NULL);
+      const double flops = 2.0 * m * (double)n * k;
+
+      /* Warm-up (also builds cuBLASLt's plan), then alternating rounds. A
+       * shape cuBLASLt refuses is reported as n/a; a failure of ours stops. */
+      int lt_ok = 1;
+      for (int w = 0; w < 3 && rc == 0; ++w) {
+        rc = run_ours(&c);
+        if (lt_ok && run_lt(&c)) lt_ok = 0;
+      }
+      BENCH_CUDA(cudaDeviceSynchronize());
+      for (int it = 0; it < o.iters && rc == 0; ++it) {
+        t_lt[it] = NAN;
+        if (it % 2 == 0) {
+          rc = time_call(run_ours, &c, flush, flush_bytes, it, e0, e1, &t_ours[it]);
+          if (rc == 0 && lt_ok) lt_ok = !time_call(run_lt, &c, flush, flush_bytes, it, e0, e1, &t_lt[it]);
+        } else {
+          if (lt_ok) lt_ok = !time_call(run_lt, &c, flush, flush_bytes, it, e0, e1, &t_lt[it]);
+          if (rc == 0) rc = time_call(run_ours, &c, flush, flush_bytes, it, e0, e1, &t_ours[it]);
+        }
+      }
+      if (rc) {
+        data_free(&g);
+        break;
+      }
+      const double us_ours = 1e3 * median(t_ours, o.iters);
+      const double us_lt = lt_ok ? 1e3 * median(t_lt, o.iters) : NAN;
+
+      double dv = NAN;
+      if (o.check) {
+        BENCH_CUDA(cudaMemset(g.d_ours, 0, (size_t)g.rows_cap * n * 2));
+        BENCH_CUDA(cudaMemset(g.d_lt, 0, (size_t)g.rows_cap * n * 2));
+        BENCH_CUDA(cudaMemset(d_sums, 0, 3 * sizeof(double)));
+        if (run_ours(&c)) {
+          rc = 1;
+          data_free(&g);
+          break;
+        }
+        if (lt_ok && run_lt(&c)) lt_ok = 0;
+        bench_gemm_diff_kernel<<<1024, 256>>>(g.d_ours, g.d_lt, (int64_t)g.rows_cap * n, d_sums);
+        double sums[3];
+        BENCH_CUDA(cudaMemcpy(sums, d_sums, sizeof sums, cudaMemcpyDeviceToHost));
+        dv = !lt_ok ? NAN : sums[1] + sums[2] > 0 ? 1.0 - 2.0 * sums[0] / (sums[1] + sums[2]) : 0.0;
+      }
+      printf("%6d %6d %6d %8s %10.1f %9.1f %10.1f %9.1f %8.3f %9.1f %10.2e\n", n, k, m, mm_gemm_tile_name(auto_tile),
+             us_ours, flops / us_ours * 1e-6, us_lt, flops / us_lt * 1e-6, us_lt / us_ours, hbm_us, dv);
+      fflush(stdout);
+
+      if (o.tiles) {
+        for (int t = MM_GEMM_TILE_128x256; t < MM_GEMM_TILE_COUNT && rc == 0; ++t) {
+          c.tile = (mm_gemm_tile)t;
+          if (n % 256 && (t == MM_GEMM_TILE_128x256 || t == MM_GEMM_TILE_64x256)) continue;
+          for (int it = 0; it < o.iters && rc == 0; ++it)
+            rc = time_call(run_ours, &c, flush, flush_bytes, it, e0, e1, &t_ours[it]);
+          if (rc) break;
+          const double us = 1e3 * median(t_ours, o.iters);
+          printf("%6d %6d %6d %8s %10.1f %9.1f %10s %9s %8.3f %9.1f\n", n, k, m, mm_gemm_tile_name((mm_gemm_tile)t), us,
+                 flops / us * 1e-6, "", "", us_lt / us, hbm_us);
+          fflush(stdout);
+        }
+        c.tile = MM_GEMM_TILE_AUTO;
+      }
+      data_free(&g);
+    }
+    cudaFree(b);
+    cudaFree(b_sf);
+  }
+  free(t_ours);
+  free(t_lt);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(flush);
+  cudaFree(d_sums);
+  mm_lt_destroy(&lt);
+  return rc;
+}

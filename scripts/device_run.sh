@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One GPU-machine session in one command: build there (its NCCL differs from
+# the CPU machines'), then the steps named on the command line, each logged
+# under $OUT (at most 8 files come back). Steps:
+#   test         make gpu-test (all GPU tests)
+#   test:FILTER  GPU tests whose name contains FILTER
+#   gemm         megamoe bench-gemm
+#   bench        megamoe bench (flash per-rank equivalent, all visible GPUs)
+#   bench:ARGS   megamoe bench with ARGS (commas inside, '+' for spaces)
+#   gemm:ARGS    megamoe bench-gemm with ARGS
+#   env:V=X      export V=X for the following steps
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0
+OUT=${OUT:-/tmp/megamoe-out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+{ nvidia-smi; nvidia-smi topo -m; nvcc --version; } > "$OUT/machine.txt" 2>&1
+if ! make -j"$(nproc)" all PTXAS_VERBOSE=1 > "$OUT/build.log" 2>&1; then
+  grep -E "error" "$OUT/build.log" | head -40
+  echo "BUILD FAILED"
+  exit 1
+fi
+grep -E "registers|spill|stack" "$OUT/build.log" | grep -E "gemm|wgmma|spill [1-9]|stack frame, [1-9]" | head -20
+rc=0
+T=${STEP_TIMEOUT:-420}   # seconds per step, so one hang cannot eat the whole call
+for step in "$@"; do
+  case "$step" in
+    test) (set -o pipefail; timeout $T ./build/gpu_tests 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "FAIL|passed|CHECK|diff|rank" | tail -60) || rc=1 ;;
+    test:*) (set -o pipefail; timeout $T ./build/gpu_tests "${step#test:}" 2>&1 | tee -a "$OUT/gpu_tests.log" | tail -60) || rc=1 ;;
+    gemm:*) (set -o pipefail; timeout $T ./build/megamoe bench-gemm $(echo "${step#gemm:}" | tr "+" " ") 2>&1 | tee -a "$OUT/bench_gemm.log" | tail -40) || rc=1 ;;
+    gemm) (set -o pipefail; timeout $T ./build/megamoe bench-gemm 2>&1 | tee "$OUT/bench_gemm.log" | tail -40) || rc=1 ;;
+    bench) (set -o pipefail; timeout $T ./build/megamoe bench 2>&1 | tee "$OUT/bench.log" | tail -30) || rc=1 ;;
+    bench:*) (set -o pipefail; timeout $T ./build/megamoe bench $(echo "${step#bench:}" | tr "+" " ") 2>&1 | tee -a "$OUT/bench.log" | tail -30) || rc=1 ;;
+    env:*) export "${step#env:}" ;;
+    *) echo "unknown step $step"; rc=1 ;;
+  esac
+done
+exit $rc
