@@ -56,11 +56,18 @@ __global__ void bench_gemm_spin_kernel(uint64_t ns) {
   } while (t - t0 < ns);
 }
 
-/* sums[0] += a * b, sums[1] += a * a, sums[2] += b * b over bf16 pairs. */
-__global__ void bench_gemm_diff_kernel(const uint16_t* a, const uint16_t* b, int64_t n, double* sums) {
+/* sums[0] += a * b, sums[1] += a * a, sums[2] += b * b over bf16 pairs:
+ * a = ours [rows_cap][n]; b = cuBLASLt's, whose expert blocks (rows_per_block
+ * pool rows each, count valid) are written transposed, [n][count]. */
+__global__ void bench_gemm_diff_kernel(const uint16_t* a, const uint16_t* b, int64_t rows_cap, int n,
+                                       int64_t rows_per_block, int count, double* sums) {
   double ab = 0, aa = 0, bb = 0;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    const double x = __uint_as_float((uint32_t)a[i] << 16), y = __uint_as_float((uint32_t)b[i] << 16);
+  const int64_t total = rows_cap * n;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / n, col = i % n, e = r / rows_per_block, local = r % rows_per_block;
+    if (local >= count) continue;
+    const int64_t j = e * rows_per_block * n + col * count + local;
+    const double x = __uint_as_float((uint32_t)a[i] << 16), y = __uint_as_float((uint32_t)b[j] << 16);
     ab += x * y;
     aa += x * x;
     bb += y * y;
@@ -351,7 +358,8 @@ extern "C" int mm_bench_gemm_main(int argc, char** argv) {
           break;
         }
         if (lt_ok && run_lt(&c)) lt_ok = 0;
-        bench_gemm_diff_kernel<<<1024, 256>>>(g.d_ours, g.d_lt, (int64_t)g.rows_cap * n, d_sums);
+        bench_gemm_diff_kernel<<<1024, 256>>>(g.d_ours, g.d_lt, (int64_t)g.rows_cap, n,
+                                              (int64_t)g.rows_cap / kExperts, g.rows_per_expert, d_sums);
         double sums[3];
         BENCH_CUDA(cudaMemcpy(sums, d_sums, sizeof sums, cudaMemcpyDeviceToHost));
         dv = !lt_ok ? NAN : sums[1] + sums[2] > 0 ? 1.0 - 2.0 * sums[0] / (sums[1] + sums[2]) : 0.0;

@@ -1,19 +1,22 @@
 /* cuBLASLt block-scaled FP8 GEMM of one expert, the external baseline of the
  * GEMM tests and of `megamoe bench-gemm` (header-only, host code).
  *
- * D[c, n] (bf16, row-major) = A[c, k] * B[n, k]^T with
- *   A fp8 e4m3 row-major (our pool rows of one expert), one fp32 scale per row
- *     per 128-wide K block: cuBLASLt CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
- *     laid out [k / 128][c] (rows contiguous: our A_sf K-block-major layout,
- *     but packed to the expert's c rows, so callers repack with a 2D copy);
- *   B fp8 e4m3 [n, k] K-major (one expert's weights), one fp32 scale per
- *     128 x 128 block: CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, laid out
- *     [n / 128][L4] with L4 = k / 128 rounded up to 4: our B_sf layout as is
- *     when (k / 128) % 4 == 0.
- * cuBLASLt is column-major: we ask for D^T (n x c, ld n) = op(B) op(A) with
- * cuBLAS's A = our B (k x n col-major, ld k, transposed: the FP8 "TN" form)
- * and cuBLAS's B = our A (k x c col-major, ld k). c must be a multiple of 4
- * (a cuBLASLt rule of these scale modes) and k of 512 here.
+ * D = A[c, k] * B[n, k]^T, computed as cuBLASLt allows it on sm_90: its A
+ * operand takes the VEC128 scales and its B operand the BLK128x128 scales
+ * (NVIDIA's LtBlk128x128Fp8Matmul sample; the other assignment is refused with
+ * CUBLAS_STATUS_NOT_SUPPORTED), both in the FP8 "TN" form. So:
+ *   cuBLAS A = our A: fp8 [c, k] row-major = k x c col-major (ld k), op T,
+ *     scales CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F laid out [k / 128][c]
+ *     (rows contiguous: our K-block-major A_sf packed to the expert's c rows,
+ *     so callers repack with a 2D copy);
+ *   cuBLAS B = our B: fp8 [n, k] K-major = k x n col-major (ld k), op N,
+ *     scales CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F laid out
+ *     [n / 128][k / 128]: our B_sf as is;
+ *   D = c x n col-major (ld c), i.e. D is written TRANSPOSED, [n][c] row-major:
+ *     element (row i, column j) of the expert's output is d[j * c + i].
+ * The transposed output writes the same bytes as ours, so timings compare;
+ * callers that compare values map the index. c must be a multiple of 8 (the
+ * ld of a bf16 D in 16-byte units).
  * This CUDA version (cuBLASLt 13.1) has no grouped batch mode, so a grouped
  * GEMM is one call per expert. */
 #ifndef MEGAMOE_BENCH_GEMM_CUBLASLT_CUH
@@ -58,8 +61,8 @@ static inline int mm_lt_init(mm_lt* lt) {
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   MM_LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   MM_LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  int32_t mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F; /* cuBLAS A = our weights */
-  int32_t mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;     /* cuBLAS B = our activations */
+  int32_t mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;     /* cuBLAS A = our activations */
+  int32_t mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F; /* cuBLAS B = our weights */
   MM_LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof mode_a));
   MM_LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof mode_b));
   lt->workspace_bytes = (size_t)64 << 20;
@@ -98,9 +101,9 @@ static inline int mm_lt_shape_get(mm_lt* lt, int c, int n, int k, mm_lt_shape** 
   s->c = c;
   s->n = n;
   s->k = k;
-  MM_LT_TRY(cublasLtMatrixLayoutCreate(&s->la, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)n, (int64_t)k));
-  MM_LT_TRY(cublasLtMatrixLayoutCreate(&s->lb, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)c, (int64_t)k));
-  MM_LT_TRY(cublasLtMatrixLayoutCreate(&s->ld, CUDA_R_16BF, (uint64_t)n, (uint64_t)c, (int64_t)n));
+  MM_LT_TRY(cublasLtMatrixLayoutCreate(&s->la, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)c, (int64_t)k));
+  MM_LT_TRY(cublasLtMatrixLayoutCreate(&s->lb, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)n, (int64_t)k));
+  MM_LT_TRY(cublasLtMatrixLayoutCreate(&s->ld, CUDA_R_16BF, (uint64_t)c, (uint64_t)n, (int64_t)c));
   cublasLtMatmulPreference_t pref;
   MM_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
   MM_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -124,17 +127,17 @@ static inline int mm_lt_shape_get(mm_lt* lt, int c, int n, int k, mm_lt_shape** 
   return 0;
 }
 
-/* One expert: d[c, n] bf16 = a[c, k] * b[n, k]^T (see the top). */
+/* One expert: d (bf16, TRANSPOSED: [n][c]) = a[c, k] * b[n, k]^T (see the top). */
 static inline int mm_lt_matmul(mm_lt* lt, int c, int n, int k, const void* a, const float* a_scale, const void* b,
                                const float* b_scale, void* d, cudaStream_t stream) {
   if (c == 0) return 0;
   mm_lt_shape* s = NULL;
   if (mm_lt_shape_get(lt, c, n, k, &s)) return -1;
-  /* cuBLAS's A is our weights, cuBLAS's B our activations. */
-  MM_LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale, sizeof b_scale));
-  MM_LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof a_scale));
+  /* cuBLAS's A is our activations, cuBLAS's B our weights. */
+  MM_LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));
+  MM_LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale));
   const float alpha = 1.0f, beta = 0.0f;
-  MM_LT_TRY(cublasLtMatmul(lt->handle, lt->desc, &alpha, b, s->la, a, s->lb, &beta, d, s->ld, d, s->ld, &s->algo,
+  MM_LT_TRY(cublasLtMatmul(lt->handle, lt->desc, &alpha, a, s->la, b, s->lb, &beta, d, s->ld, d, s->ld, &s->algo,
                            lt->workspace, lt->workspace_bytes, stream));
   return 0;
 }

@@ -39,7 +39,12 @@
  *
  * Build: IEEE single/double with SSE arithmetic (no x87 excess precision),
  * no -ffast-math and no floating-point contraction (the default of -std=c11;
- * an FMA would change the rounding of the scale step above). */
+ * an FMA would change the rounding of the scale step above). On x86 the exact
+ * block sums also have an AVX2 build, taken when the CPU has AVX2 and FMA;
+ * the results are the same bits either way.
+ * Verified: ref_e4m3_encode and ref_bf16_encode equal CUDA's host
+ * __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) and __float2bfloat16
+ * on all 2^32 float bit patterns (CUDA 13 headers). */
 #ifndef MEGAMOE_REF_H
 #define MEGAMOE_REF_H
 

@@ -15,7 +15,8 @@ struct megamoe_layer {
   int rank, num_ranks, device;
   ncclComm_t comm;
   mm_layout layout;
-  void* symmetric;       /* ncclMemAlloc, registered as a symmetric window */
+  void* symmetric;       /* ncclMemAlloc + symmetric window; plain cudaMalloc with one rank */
+  int symmetric_is_nccl;
   ncclWindow_t window;
   int window_registered;
   void* workspace;       /* cudaMalloc */
@@ -79,10 +80,12 @@ static megamoe_status release(megamoe_layer* l) {
     if (r != ncclSuccess)
       st = mm_fail(MEGAMOE_ERR_NCCL, "ncclCommWindowDeregister: %s", ncclGetErrorString(r));
   }
-  if (l->symmetric) {
+  if (l->symmetric && l->symmetric_is_nccl) {
     ncclResult_t r = ncclMemFree(l->symmetric);
     if (r != ncclSuccess && st == MEGAMOE_OK)
       st = mm_fail(MEGAMOE_ERR_NCCL, "ncclMemFree: %s", ncclGetErrorString(r));
+  } else if (l->symmetric) {
+    cudaFree(l->symmetric);
   }
   if (l->workspace) cudaFree(l->workspace);
   if (l->weights) cudaFree(l->weights);
@@ -193,11 +196,20 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
                  "(megamoe needs every rank reachable by peer loads and stores)",
                  lsa, num_ranks);
   if (st == MEGAMOE_OK) st = allocate_local(l);
-  if (st == MEGAMOE_OK) {
+  if (st == MEGAMOE_OK && num_ranks == 1) {
+    /* No peers: nothing to register (NCCL sets up no load/store window for a
+     * one-rank communicator). */
+    cudaError_t e = cudaMalloc(&l->symmetric, l->layout.symmetric_bytes);
+    if (e != cudaSuccess)
+      st = mm_fail(MEGAMOE_ERR_OUT_OF_MEMORY, "cudaMalloc(symmetric buffer, %llu bytes): %s",
+                   (unsigned long long)l->layout.symmetric_bytes, cudaGetErrorString(e));
+  } else if (st == MEGAMOE_OK) {
     ncclResult_t r = ncclMemAlloc(&l->symmetric, l->layout.symmetric_bytes);
     if (r != ncclSuccess)
       st = mm_fail(MEGAMOE_ERR_OUT_OF_MEMORY, "ncclMemAlloc(%llu bytes): %s",
                    (unsigned long long)l->layout.symmetric_bytes, ncclGetErrorString(r));
+    else
+      l->symmetric_is_nccl = 1;
   }
   /* Flags start at zero everywhere before any rank can signal. */
   if (st == MEGAMOE_OK && cudaMemset(l->symmetric, 0, l->layout.symmetric_bytes) != cudaSuccess)
@@ -212,6 +224,13 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
     return mm_fail(agreed, "%s", msg);
   }
 
+  uint8_t* peers[MEGAMOE_MAX_RANKS] = {0};
+  if (num_ranks == 1) {
+    peers[0] = (uint8_t*)l->symmetric;
+    build_view(l, peers);
+    *layer_out = l;
+    return MEGAMOE_OK;
+  }
   ncclResult_t r = ncclCommWindowRegister(comm, l->symmetric, l->layout.symmetric_bytes, &l->window,
                                           NCCL_WIN_COLL_SYMMETRIC);
   if (r != ncclSuccess) {
@@ -219,7 +238,6 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
     return mm_fail(MEGAMOE_ERR_NCCL, "ncclCommWindowRegister: %s", ncclGetErrorString(r));
   }
   l->window_registered = 1;
-  uint8_t* peers[MEGAMOE_MAX_RANKS] = {0};
   st = mm_resolve_peers(l->window, num_ranks, peers);
   if (st != MEGAMOE_OK) {
     char msg[512];

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ref.h"
+#include "ref_internal.h"
 #include "unit.h"
 
 /* ---- problems ------------------------------------------------------------ */
@@ -697,6 +698,37 @@ static mm_test_result test_layer_rank_split_invariance(void) {
   return MM_TEST_PASS;
 }
 
+/* The portable and the AVX2 build of the block sums give the same y. */
+static mm_test_result test_layer_vector_paths_agree(void) {
+  if (!ref_vector_path_available()) {
+    printf("    no AVX2 path on this CPU or build\n");
+    return MM_TEST_SKIP;
+  }
+  mm_rng rng = unit_rng(28);
+  megamoe_config cfg = megamoe_config_make(384, 256, 8, 3, 30);
+  cfg.quant_group = 64;
+  const int64_t tokens[2] = {30, 19};
+  problem p;
+  CHECK(problem_random(&p, cfg, 2, tokens, &rng, 0.1));
+  CHECK_OK(problem_forward(&p));
+  uint16_t* vector_y[2];
+  for (int r = 0; r < 2; ++r) {
+    vector_y[r] = malloc(sizeof(uint16_t) * (size_t)(tokens[r] * 384));
+    CHECK(vector_y[r] != NULL);
+    memcpy(vector_y[r], p.y[r], sizeof(uint16_t) * (size_t)(tokens[r] * 384));
+  }
+  const int previous = ref_set_vector_path(0);
+  const megamoe_status status = problem_forward(&p);
+  ref_set_vector_path(previous);
+  CHECK_OK(status);
+  for (int r = 0; r < 2; ++r) {
+    CHECK_MSG(memcmp(vector_y[r], p.y[r], sizeof(uint16_t) * (size_t)(tokens[r] * 384)) == 0, "rank %d", r);
+    free(vector_y[r]);
+  }
+  problem_free(&p);
+  return MM_TEST_PASS;
+}
+
 /* ---- argument checks ------------------------------------------------------ */
 
 /* Sets one pointer field of a rank to NULL: 0..4 token fields, 5..8 weights. */
@@ -798,6 +830,7 @@ const mm_test unit_suite_ref_layer[] = {
     {"ref_layer.one_expert", test_layer_one_expert},
     {"ref_layer.empty_rank", test_layer_empty_rank},
     {"ref_layer.rank_split_invariance", test_layer_rank_split_invariance},
+    {"ref_layer.vector_paths_agree", test_layer_vector_paths_agree},
     {"ref_layer.errors", test_layer_errors},
     {NULL, NULL},
 };
