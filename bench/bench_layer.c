@@ -196,6 +196,8 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
     printf("timing: L2 flush + all-rank barrier before each call, median of %d calls per round, %d rounds, arms bracketed; "
            "each cell the slowest rank's median of round medians\n",
            o->iters, o->rounds);
+    const char* engine = getenv("MEGAMOE_GEMM");
+    printf("GEMM engine: %s (MEGAMOE_GEMM)\n", engine && !strcmp(engine, "simple") ? "simple" : "wgmma");
     printf("floors per rank: compute at %.0f TFLOP/s fp8, HBM = touched weights at %.0f GB/s, NVLink = bytes in at %.0f GB/s\n\n",
            FP8_TFLOPS, HBM_READ_GBS, NVLINK_GBS);
     printf("%-7s %7s %10s %8s %9s %9s %8s %9s %9s %9s %7s\n", "arm", "T/rank", "us", "TFLOP/s", "NVL GB/s",

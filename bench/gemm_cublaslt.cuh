@@ -131,11 +131,13 @@ static inline int mm_lt_shape_get(mm_lt* lt, int c, int n, int k, mm_lt_shape** 
 static inline int mm_lt_matmul(mm_lt* lt, int c, int n, int k, const void* a, const float* a_scale, const void* b,
                                const float* b_scale, void* d, cudaStream_t stream) {
   if (c == 0) return 0;
-  mm_lt_shape* s = NULL;
-  if (mm_lt_shape_get(lt, c, n, k, &s)) return -1;
-  /* cuBLAS's A is our activations, cuBLAS's B our weights. */
+  /* cuBLAS's A is our activations, cuBLAS's B our weights. The scale
+   * pointers are set before the heuristic runs: with block scale modes and no
+   * scale pointers it finds no algorithm (CUBLAS_STATUS_NOT_SUPPORTED). */
   MM_LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));
   MM_LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale));
+  mm_lt_shape* s = NULL;
+  if (mm_lt_shape_get(lt, c, n, k, &s)) return -1;
   const float alpha = 1.0f, beta = 0.0f;
   MM_LT_TRY(cublasLtMatmul(lt->handle, lt->desc, &alpha, a, s->la, b, s->lb, &beta, d, s->ld, d, s->ld, &s->algo,
                            lt->workspace, lt->workspace_bytes, stream));

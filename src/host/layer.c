@@ -64,10 +64,12 @@ megamoe_status megamoe_comm_create(int rank, int num_ranks, const ncclUniqueId* 
   return MEGAMOE_OK;
 }
 
+/* The wgmma engine; MEGAMOE_GEMM=simple selects the CUDA-core oracle engine
+ * (diagnostics, and the GPU tests run the layer on both). */
 static mm_gemm_engine engine_from_env(void) {
   const char* e = getenv("MEGAMOE_GEMM");
-  if (e && strcmp(e, "wgmma") == 0) return MM_GEMM_ENGINE_WGMMA;
-  return MM_GEMM_ENGINE_SIMPLE;
+  if (e && strcmp(e, "simple") == 0) return MM_GEMM_ENGINE_SIMPLE;
+  return MM_GEMM_ENGINE_WGMMA;
 }
 
 /* Frees what exists; safe on a partly created layer. Deregistering is
