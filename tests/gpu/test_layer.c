@@ -23,7 +23,8 @@ typedef struct lt_case {
   double mask_ratio;                 /* fraction of slots set to -1 */
   int one_expert;                    /* >= 0: every token's slot 0 goes there, other slots masked */
   int idx64;                         /* int64 top-k indices */
-  uint64_t seed;
+  uint64_t seed;                     /* tokens and routing */
+  uint64_t weight_seed;              /* weights (0: same as seed) */
 } lt_case;
 
 typedef struct lt_data {
@@ -91,37 +92,13 @@ static void fill_routing(mm_rng* g, const lt_case* c, int32_t* idx, float* w, in
   }
 }
 
-/* Builds the whole problem (identical on every rank) and this rank's reference. */
-static int lt_build(const lt_case* c, int R, int rank, lt_data* d) {
-  memset(d, 0, sizeof *d);
-  const megamoe_config* cfg = &c->cfg;
-  const int64_t H = cfg->hidden, I = cfg->intermediate, E = cfg->num_experts, K = cfg->top_k;
-  d->R = R;
-  d->El = (int)(E / R);
-  mm_rng g = {c->seed};
-  d->w1 = malloc((size_t)(E * 2 * I * H));
-  d->w2 = malloc((size_t)(E * H * I));
-  d->w1_sf = malloc(sizeof(float) * (size_t)(E * (2 * I / 128) * (H / 128)));
-  d->w2_sf = malloc(sizeof(float) * (size_t)(E * (H / 128) * (I / 128)));
-  if (!d->w1 || !d->w2 || !d->w1_sf || !d->w2_sf) return -1;
-  fill_weights(&g, d->w1, d->w1_sf, E, 2 * I, H);
-  fill_weights(&g, d->w2, d->w2_sf, E, H, I);
-  for (int r = 0; r < R; ++r) {
-    const int64_t T = c->tokens[r];
-    d->x[r] = malloc((size_t)(T * H) + 1);
-    d->x_sf[r] = malloc(sizeof(float) * (size_t)(T * (H / 128)) + 1);
-    d->idx[r] = malloc(sizeof(int32_t) * (size_t)(T * K) + 1);
-    d->w[r] = malloc(sizeof(float) * (size_t)(T * K) + 1);
-    if (!d->x[r] || !d->x_sf[r] || !d->idx[r] || !d->w[r]) return -1;
-    fill_tokens(&g, d->x[r], d->x_sf[r], T, H);
-    fill_routing(&g, c, d->idx[r], d->w[r], T);
-  }
-  /* Reference for this rank's tokens only (a token depends on nothing else). */
-  d->y_ref = malloc(sizeof(uint16_t) * (size_t)(c->tokens[rank] * H) + 1);
-  if (!d->y_ref) return -1;
+/* The reference for this rank's tokens only (a token depends on nothing
+ * else), into d->y_ref, from d's weights and every rank's routing. */
+static int lt_reference(const lt_case* c, lt_data* d, int rank) {
+  const int64_t H = c->cfg.hidden, I = c->cfg.intermediate;
   ref_rank_data rd[MEGAMOE_MAX_RANKS];
   memset(rd, 0, sizeof rd);
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < d->R; ++r) {
     rd[r].num_tokens = r == rank ? c->tokens[r] : 0;
     rd[r].x = d->x[r];
     rd[r].x_sf = d->x_sf[r];
@@ -133,12 +110,42 @@ static int lt_build(const lt_case* c, int R, int rank, lt_data* d) {
     rd[r].w2 = d->w2 + (int64_t)r * d->El * H * I;
     rd[r].w2_sf = d->w2_sf + (int64_t)r * d->El * (H / 128) * (I / 128);
   }
-  megamoe_status st = ref_layer_forward(cfg, R, rd);
-  if (st != MEGAMOE_OK) {
+  if (ref_layer_forward(&c->cfg, d->R, rd) != MEGAMOE_OK) {
     fprintf(stderr, "    reference failed: %s\n", megamoe_last_error());
     return -1;
   }
   return 0;
+}
+
+/* Builds the whole problem (identical on every rank) and this rank's reference. */
+static int lt_build(const lt_case* c, int R, int rank, lt_data* d) {
+  memset(d, 0, sizeof *d);
+  const megamoe_config* cfg = &c->cfg;
+  const int64_t H = cfg->hidden, I = cfg->intermediate, E = cfg->num_experts, K = cfg->top_k;
+  d->R = R;
+  d->El = (int)(E / R);
+  mm_rng wg = {c->weight_seed ? c->weight_seed : c->seed};
+  mm_rng g = {c->seed ^ 0x70cc3115ull};
+  d->w1 = malloc((size_t)(E * 2 * I * H));
+  d->w2 = malloc((size_t)(E * H * I));
+  d->w1_sf = malloc(sizeof(float) * (size_t)(E * (2 * I / 128) * (H / 128)));
+  d->w2_sf = malloc(sizeof(float) * (size_t)(E * (H / 128) * (I / 128)));
+  if (!d->w1 || !d->w2 || !d->w1_sf || !d->w2_sf) return -1;
+  fill_weights(&wg, d->w1, d->w1_sf, E, 2 * I, H);
+  fill_weights(&wg, d->w2, d->w2_sf, E, H, I);
+  for (int r = 0; r < R; ++r) {
+    const int64_t T = c->tokens[r];
+    d->x[r] = malloc((size_t)(T * H) + 1);
+    d->x_sf[r] = malloc(sizeof(float) * (size_t)(T * (H / 128)) + 1);
+    d->idx[r] = malloc(sizeof(int32_t) * (size_t)(T * K) + 1);
+    d->w[r] = malloc(sizeof(float) * (size_t)(T * K) + 1);
+    if (!d->x[r] || !d->x_sf[r] || !d->idx[r] || !d->w[r]) return -1;
+    fill_tokens(&g, d->x[r], d->x_sf[r], T, H);
+    fill_routing(&g, c, d->idx[r], d->w[r], T);
+  }
+  d->y_ref = malloc(sizeof(uint16_t) * (size_t)(c->tokens[rank] * H) + 1);
+  if (!d->y_ref) return -1;
+  return lt_reference(c, d, rank);
 }
 
 /* ---- Device side ------------------------------------------------------- */
@@ -427,21 +434,20 @@ static mm_test_result t_run_to_run(const mm_rank_ctx* ctx) {
 /* Four forwards with different T and routing on one layer object. */
 static mm_test_result t_reuse(const mm_rank_ctx* ctx) {
   lt_case base = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 2, 256, 13);
-  megamoe_layer* layer = NULL;
+  base.weight_seed = base.seed; /* one set of weights for the four calls */
   lt_case cases[4];
   lt_data data[4];
   lt_device dev[4];
   int bad = 0;
   for (int i = 0; i < 4; ++i) {
     cases[i] = base;
-    cases[i].seed = base.seed + 17u * (uint64_t)i;
+    cases[i].seed = base.seed + 17u * (uint64_t)(i + 1);
     for (int r = 0; r < ctx->num_ranks; ++r) cases[i].tokens[r] = (int64_t)((37 * (i + 1) + 11 * r) % 257);
     cases[i].mask_ratio = 0.1 * i;
     bad |= lt_build(&cases[i], ctx->num_ranks, ctx->rank, &data[i]) != 0;
     bad |= lt_upload(&cases[i], &data[i], ctx->rank, &dev[i]) != 0;
   }
-  /* Different seeds draw different weights: keep call 0's weights for all
-   * four, and recompute the references of calls 1-3 against them. */
+  megamoe_layer* layer = NULL;
   if (megamoe_create(&base.cfg, ctx->comm, &layer) != MEGAMOE_OK) {
     fprintf(stderr, "    rank %d: create: %s\n", ctx->rank, megamoe_last_error());
     bad = 1;
@@ -449,31 +455,8 @@ static mm_test_result t_reuse(const mm_rank_ctx* ctx) {
     megamoe_weights w = {dev[0].w1, dev[0].w1_sf, dev[0].w2, dev[0].w2_sf};
     if (megamoe_prepare_weights(layer, &w, ctx->stream) != MEGAMOE_OK) bad = 1;
     for (int i = 0; i < 4; ++i) {
-      lt_data* d = &data[i];
-      if (i > 0 && !bad) { /* same weights as call 0 */
-        memcpy(d->w1, data[0].w1, (size_t)(base.cfg.num_experts * 2 * base.cfg.intermediate * base.cfg.hidden));
-        memcpy(d->w2, data[0].w2, (size_t)(base.cfg.num_experts * base.cfg.intermediate * base.cfg.hidden));
-        memcpy(d->w1_sf, data[0].w1_sf, sizeof(float) * (size_t)(base.cfg.num_experts * (2 * base.cfg.intermediate / 128) * (base.cfg.hidden / 128)));
-        memcpy(d->w2_sf, data[0].w2_sf, sizeof(float) * (size_t)(base.cfg.num_experts * (base.cfg.intermediate / 128) * (base.cfg.hidden / 128)));
-        ref_rank_data rd[MEGAMOE_MAX_RANKS];
-        memset(rd, 0, sizeof rd);
-        const int64_t H = base.cfg.hidden, I = base.cfg.intermediate;
-        for (int r = 0; r < ctx->num_ranks; ++r) {
-          rd[r].num_tokens = r == ctx->rank ? cases[i].tokens[r] : 0;
-          rd[r].x = d->x[r];
-          rd[r].x_sf = d->x_sf[r];
-          rd[r].topk_idx = d->idx[r];
-          rd[r].topk_w = d->w[r];
-          rd[r].y = r == ctx->rank ? d->y_ref : NULL;
-          rd[r].w1 = d->w1 + (int64_t)r * d->El * 2 * I * H;
-          rd[r].w1_sf = d->w1_sf + (int64_t)r * d->El * (2 * I / 128) * (H / 128);
-          rd[r].w2 = d->w2 + (int64_t)r * d->El * H * I;
-          rd[r].w2_sf = d->w2_sf + (int64_t)r * d->El * (H / 128) * (I / 128);
-        }
-        if (ref_layer_forward(&base.cfg, ctx->num_ranks, rd) != MEGAMOE_OK) bad = 1;
-      }
       megamoe_forward_args a = lt_args(&cases[i], &dev[i], ctx->rank);
-      if (bad) a.num_tokens = 0;
+      if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
       megamoe_status st = lt_forward(layer, ctx, &a, base.cfg.hidden);
       if (st != MEGAMOE_OK) {
         fprintf(stderr, "    rank %d call %d: %s\n", ctx->rank, i, megamoe_last_error());
@@ -483,7 +466,7 @@ static mm_test_result t_reuse(const mm_rank_ctx* ctx) {
       if (bad) continue;
       const int64_t n = cases[i].tokens[ctx->rank] * base.cfg.hidden;
       uint16_t* y = malloc(sizeof(uint16_t) * (size_t)n + 1);
-      if (lt_download(&dev[i], n, y) != 0 || lt_compare(&cases[i], d, ctx->rank, y, "reuse") != 0) bad = 1;
+      if (lt_download(&dev[i], n, y) != 0 || lt_compare(&cases[i], &data[i], ctx->rank, y, "reuse") != 0) bad = 1;
       free(y);
     }
     if (megamoe_destroy(layer) != MEGAMOE_OK) bad = 1;
