@@ -86,8 +86,7 @@ gpu-test: $(GPU_BIN)
 
 # CPU tests, then the GPU tests (they skip where no GPU is visible).
 test: $(UNIT_BIN) $(GPU_BIN) $(TOOL_BIN)
-	$(UNIT_BIN)
-	NCCL_NVLS_ENABLE=0 $(GPU_BIN)
+	tests/run_tests.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

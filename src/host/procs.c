@@ -106,8 +106,9 @@ static void end_children(pid_t* pids, const int* alive, int n) {
   }
 }
 
-static int child_main(int rank, int num_ranks, int id_out_fd, int id_in_fd, mm_rank_fn fn,
+static int child_main(int rank, int num_ranks, int flags, int id_out_fd, int id_in_fd, mm_rank_fn fn,
                       void* ctx) {
+  if (flags & MM_RANKS_NO_GPU) return fn(rank, num_ranks, NULL, ctx);
   cudaError_t e = cudaSetDevice(rank);
   if (e != cudaSuccess) {
     fprintf(stderr, "rank %d: cudaSetDevice(%d): %s\n", rank, rank, cudaGetErrorString(e));
@@ -129,16 +130,20 @@ static int child_main(int rank, int num_ranks, int id_out_fd, int id_in_fd, mm_r
 }
 
 int mm_run_ranks(int num_ranks, double deadline_s, mm_rank_fn fn, void* ctx) {
+  return mm_run_ranks_ex(num_ranks, deadline_s, 0, fn, ctx);
+}
+
+int mm_run_ranks_ex(int num_ranks, double deadline_s, int flags, mm_rank_fn fn, void* ctx) {
   if (num_ranks < 1 || num_ranks > MEGAMOE_MAX_RANKS) {
     fprintf(stderr, "mm_run_ranks: num_ranks = %d out of [1, %d]\n", num_ranks, MEGAMOE_MAX_RANKS);
-    return 2;
+    return MM_RANKS_LAUNCH_FAILED;
   }
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   int id_up[2];   /* child 0 -> parent */
   int id_down[MEGAMOE_MAX_RANKS][2]; /* parent -> child r */
-  if (pipe(id_up) != 0) return 2;
+  if (pipe(id_up) != 0) return MM_RANKS_LAUNCH_FAILED;
   for (int r = 0; r < num_ranks; ++r)
-    if (pipe(id_down[r]) != 0) return 2;
+    if (pipe(id_down[r]) != 0) return MM_RANKS_LAUNCH_FAILED;
   pid_t pids[MEGAMOE_MAX_RANKS];
   int alive[MEGAMOE_MAX_RANKS] = {0};
   fflush(NULL);
@@ -147,7 +152,7 @@ int mm_run_ranks(int num_ranks, double deadline_s, mm_rank_fn fn, void* ctx) {
     if (pid < 0) {
       perror("fork");
       end_children(pids, alive, r);
-      return 2;
+      return MM_RANKS_LAUNCH_FAILED;
     }
     if (pid == 0) {
       close(id_up[0]);
@@ -156,7 +161,7 @@ int mm_run_ranks(int num_ranks, double deadline_s, mm_rank_fn fn, void* ctx) {
         close(id_down[q][1]);
         if (q != r) close(id_down[q][0]);
       }
-      int code = child_main(r, num_ranks, id_up[1], id_down[r][0], fn, ctx);
+      int code = child_main(r, num_ranks, flags, id_up[1], id_down[r][0], fn, ctx);
       fflush(NULL);
       _exit(code);
     }
@@ -171,7 +176,7 @@ int mm_run_ranks(int num_ranks, double deadline_s, mm_rank_fn fn, void* ctx) {
   int result = 0;
   /* Relay the unique id (or give up if rank 0 never sends one). */
   ncclUniqueId id;
-  const int have_id = read_full(id_up[0], &id, sizeof id, start + 120) == 0;
+  const int have_id = !(flags & MM_RANKS_NO_GPU) && read_full(id_up[0], &id, sizeof id, start + 120) == 0;
   for (int r = 1; r < num_ranks; ++r) {
     if (have_id) write_full(id_down[r][1], &id, sizeof id);
     close(id_down[r][1]);
@@ -199,7 +204,7 @@ int mm_run_ranks(int num_ranks, double deadline_s, mm_rank_fn fn, void* ctx) {
         bad = 1;
       }
       if (bad) {
-        result = 1;
+        result = MM_RANKS_RANK_FAILED;
         if (remaining > 0) {
           fprintf(stderr, "launcher: ending the other ranks\n");
           end_children(pids, alive, num_ranks);
@@ -208,9 +213,9 @@ int mm_run_ranks(int num_ranks, double deadline_s, mm_rank_fn fn, void* ctx) {
       }
     }
     if (remaining > 0 && deadline > 0 && now_s() > deadline) {
-      fprintf(stderr, "launcher: deadline of %.0f s passed; ending all ranks\n", deadline_s);
+      fprintf(stderr, "launcher: deadline of %.1f s passed; ending all ranks\n", deadline_s);
       end_children(pids, alive, num_ranks);
-      return 1;
+      return MM_RANKS_DEADLINE;
     }
     if (!progressed) usleep(5000);
   }

@@ -1,5 +1,5 @@
 /* CPU unit test runner: every suite, optional name filter in argv[1].
- * MM_TEST_SEED=<number> replays a run's random inputs. */
+ * MEGAMOE_TEST_SEED=<number> replays a run's random inputs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -9,17 +9,17 @@
 uint64_t unit_seed;
 
 int main(int argc, char** argv) {
-  const char* seed_text = getenv("MM_TEST_SEED");
+  const char* seed_text = getenv("MEGAMOE_TEST_SEED");
   if (seed_text && *seed_text)
     unit_seed = strtoull(seed_text, NULL, 0);
   else
     unit_seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
-  printf("unit tests: seed %llu (MM_TEST_SEED=%llu replays it)\n", (unsigned long long)unit_seed,
+  printf("unit tests: seed %llu (MEGAMOE_TEST_SEED=%llu replays it)\n", (unsigned long long)unit_seed,
          (unsigned long long)unit_seed);
 
   const mm_test* const suites[] = {unit_suite_e4m3,   unit_suite_bf16,      unit_suite_quant,
                                    unit_suite_diff,   unit_suite_ref_layer, unit_suite_config,
-                                   unit_suite_layout, NULL};
+                                   unit_suite_layout, unit_suite_procs, NULL};
   mm_test_counts counts = {0, 0, 0};
   mm_run_suites(suites, argc > 1 ? argv[1] : NULL, &counts);
   mm_test_print_summary(&counts);

@@ -6,7 +6,7 @@
 
 #include "../harness.h"
 
-/* Base seed of this run (main.c prints it; MM_TEST_SEED replays one). */
+/* Base seed of this run (main.c prints it; MEGAMOE_TEST_SEED replays one). */
 extern uint64_t unit_seed;
 
 /* A generator for one test: the run's seed mixed with a per-test salt, so
@@ -28,5 +28,6 @@ extern const mm_test unit_suite_diff[];
 extern const mm_test unit_suite_ref_layer[];
 extern const mm_test unit_suite_config[];
 extern const mm_test unit_suite_layout[];
+extern const mm_test unit_suite_procs[];
 
 #endif

@@ -149,19 +149,27 @@ megamoe_status mm_gemm_wgmma_tiled(const mm_gemm_problem* p, mm_gemm_output out,
 #define MM_GEMM_SMEM_LIMIT 232448       /* 227 KB: Hopper's per-block opt-in maximum */
 #define MM_GEMM_SCHED_RESERVE 16384     /* scheduler arrays, E <= 1024 */
 #define MM_GEMM_MAX_EXPERTS 1024
+#define MM_GEMM_SCHED_RESERVE_SMALL 4096 /* with an output staging area: E <= 340 */
+#define MM_GEMM_MAX_EXPERTS_SMALL 340
 #define MM_GEMM_GROUP_ROWS 2048         /* rows of A per scheduler m-group */
 
 enum { MM_GEMM_OUT_KIND_F32 = 0, MM_GEMM_OUT_KIND_BF16 = 1, MM_GEMM_OUT_KIND_SWIGLU = 2 };
 
 /* Compile-time tile configuration. kSplitN: the two math warpgroups split
  * the tile's columns (else its rows). kPromo: A-scale blocks per 128-K block
- * (1 for a_sf_block 128, 2 for 64). */
-template <int BM_, int BN_, bool kSplitN_, int kPromo_>
+ * (1 for a_sf_block 128, 2 for 64). kEpiSmem: bytes of an output staging
+ * area at the start of the layout (the TMA-store epilogue, BM x BN bf16;
+ * 0: none, and the layout is the original one). With staging, the scheduler
+ * reserve shrinks to MM_GEMM_SCHED_RESERVE_SMALL (E <= MM_GEMM_MAX_EXPERTS_SMALL)
+ * so that one more stage fits; the launcher checks the real size. */
+template <int BM_, int BN_, bool kSplitN_, int kPromo_, int kEpiSmem_ = 0>
 struct mm_gemm_cfg {
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;
   static constexpr bool kSplitN = kSplitN_;
   static constexpr int kPromo = kPromo_;
+  static constexpr uint32_t kEpiSmem = (uint32_t)kEpiSmem_;
+  static constexpr uint32_t kSchedReserve = kEpiSmem_ ? MM_GEMM_SCHED_RESERVE_SMALL : MM_GEMM_SCHED_RESERVE;
   static constexpr int kWM = kSplitN ? BM / 64 : BM / 128;   /* waves along M per warpgroup */
   static constexpr int kWN = kSplitN ? BN / 256 : BN / 128;  /* waves along N per warpgroup */
   static constexpr int kWaves = kWM * kWN;
@@ -173,9 +181,11 @@ struct mm_gemm_cfg {
   static constexpr uint32_t kStageSF = kPromo * BM * 4;
   static constexpr uint32_t kTxBytes = kStageA + kStageB + kStageSF;
   static constexpr int kStagesFit =
-      (int)((MM_GEMM_SMEM_LIMIT - 1024 - MM_GEMM_SCHED_RESERVE) / (kTxBytes + 16));
+      (int)((MM_GEMM_SMEM_LIMIT - 1024 - kSchedReserve - kEpiSmem) / (kTxBytes + 16));
   static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
-  static constexpr uint32_t kOffB = kStages * kStageA;
+  static constexpr uint32_t kOffD = 0;                       /* staging (kEpiSmem bytes) */
+  static constexpr uint32_t kOffA = kEpiSmem;
+  static constexpr uint32_t kOffB = kOffA + kStages * kStageA;
   static constexpr uint32_t kOffSF = kOffB + kStages * kStageB;
   static constexpr uint32_t kOffBar = kOffSF + kStages * kStageSF;
   static constexpr uint32_t kOffSched = kOffBar + 2 * kStages * 8;
@@ -187,6 +197,7 @@ struct mm_gemm_cfg {
   static_assert(kPromo == 1 || kPromo == 2, "kPromo");
   static_assert(kStages >= 3, "too few pipeline stages");
   static_assert(kStageA % 1024 == 0 && kStageB % 1024 == 0 && kOffSF % 1024 == 0, "swizzle alignment");
+  static_assert(kEpiSmem % 1024 == 0 && (kEpiSmem == 0 || kEpiSmem == (uint32_t)BM * BN * 2), "staging size");
   static_assert(kStageSF % 128 == 0, "TMA destination alignment");
   static_assert(kTxBytes < (1u << 20), "mbarrier tx-count range");
 };
@@ -226,6 +237,7 @@ struct mm_gemm_sched {
 /* Pointers (generic) and shared-window addresses of one CTA's layout. */
 struct mm_gemm_smem {
   uint32_t a, b, sf;        /* shared-window addresses of stage 0 */
+  uint32_t d;               /* output staging (Cfg::kEpiSmem > 0 only) */
   uint32_t full, empty;     /* shared-window address of barrier 0 of each kind */
   const float* sf_ptr;      /* generic pointer to the SF stages */
   mm_gemm_sched sched;
@@ -260,7 +272,8 @@ __device__ __forceinline__ mm_gemm_smem mm_gemm_smem_carve(uint8_t* raw, int num
   uint8_t* base = raw + pad;
   const uint32_t addr = raw_addr + pad;
   mm_gemm_smem sm;
-  sm.a = addr;
+  sm.d = addr + Cfg::kOffD;
+  sm.a = addr + Cfg::kOffA;
   sm.b = addr + Cfg::kOffB;
   sm.sf = addr + Cfg::kOffSF;
   sm.full = addr + Cfg::kOffBar;

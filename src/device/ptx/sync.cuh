@@ -24,6 +24,14 @@ MM_PTX_DEVICE void mm_named_barrier_sync(uint32_t id, uint32_t count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+/* Arrival on named barrier `id` without waiting: the barrier completes when
+ * `count` threads (arrivals plus bar.sync waiters) have reached it. A warp
+ * that arrives must not arrive again on the same barrier before the phase it
+ * arrived on has completed (the callers' protocols guarantee this). */
+MM_PTX_DEVICE void mm_named_barrier_arrive(uint32_t id, uint32_t count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
 /* Register reconfiguration of the executing warpgroup. All four warps of
  * the warpgroup execute the same one; the kernel needs a register cap at
  * entry (__launch_bounds__(threads, 1)). */

@@ -47,6 +47,37 @@ MM_PTX_DEVICE void mm_tma_load_2d_hint(uint32_t smem_dst, const CUtensorMap* map
       : "memory");
 }
 
+/* 2D tile store (bulk-group completion): the box at element coordinates
+ * (c0, c1) of map is written from shared memory at smem_src (shared-window
+ * address, 1024-byte aligned for the 128-byte swizzle). Parts of the box
+ * outside the tensor are not written. The writing threads' generic-proxy
+ * stores to smem_src must be ordered before it with
+ * fence.proxy.async.shared::cta and a barrier. Complete with
+ * mm_bulk_commit_group + mm_bulk_wait_group(_read). */
+MM_PTX_DEVICE void mm_tma_store_2d(const CUtensorMap* map, uint32_t smem_src, int32_t c0, int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"((uint64_t)map),
+      "r"(smem_src), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+/* Closes the bulk async-group of the bulk stores issued since the last commit. */
+MM_PTX_DEVICE void mm_bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+/* Waits until at most N bulk async-groups of this thread still read their
+ * shared-memory source (the source may then be overwritten). */
+template <int N>
+MM_PTX_DEVICE void mm_bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+/* Waits until at most N bulk async-groups of this thread are pending (their
+ * global writes done). */
+template <int N>
+MM_PTX_DEVICE void mm_bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+
 /* L2 eviction policies for the cache hints above. */
 MM_PTX_DEVICE uint64_t mm_l2_policy_evict_first() {
   uint64_t p;
