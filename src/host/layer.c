@@ -27,7 +27,6 @@ struct megamoe_layer {
   float* w2_sf;
   int weights_ready;
   int failed;            /* a timeout left the ranks out of step */
-  uint64_t seq;          /* forwards so far */
   mm_gemm_engine engine;
   mm_layer_view view;
 };
@@ -152,6 +151,9 @@ static void build_view(megamoe_layer* l, uint8_t** peers) {
   for (int id = 0; id < MM_REGION_COUNT; ++id) v->offset[id] = l->layout.regions[id].offset;
   double timeout = c->timeout_s > 0 ? c->timeout_s : MEGAMOE_DEFAULT_TIMEOUT_S;
   v->timeout_ns = (uint64_t)(timeout * 1e9);
+  int sms = 132;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, l->device);
+  v->fill_blocks = 4 * sms;
 }
 
 megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
@@ -345,7 +347,6 @@ megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
   f.topk_w = a->topk_w;
   f.num_tokens = (int32_t)T;
   f.y = (uint16_t*)a->y;
-  f.seq = ++l->seq;
   return mm_staged_forward(&l->view, &f, l->w1p, l->w1p_sf, l->w2, l->w2_sf, (int)l->engine, stream);
 }
 

@@ -54,6 +54,7 @@ static const char* const region_names[MM_REGION_COUNT] = {
     [MM_SYM_ROUTE_ENTRIES] = "route_entries",
     [MM_SYM_COMBINE] = "combine",
     [MM_WS_STATUS] = "status",
+    [MM_WS_EPOCH] = "epoch",
     [MM_WS_PEERS] = "peer_table",
     [MM_WS_EXPERT_TOKENS] = "expert_tokens",
     [MM_WS_POOL_OFFSET] = "pool_offset",
@@ -97,6 +98,7 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   bytes[MM_SYM_ROUTE_ENTRIES] = mul(&s, mul(&s, mul(&s, R, T), K), sizeof(mm_route_entry));
   bytes[MM_SYM_COMBINE] = mul(&s, mul(&s, mul(&s, K, T), H), 2);
   bytes[MM_WS_STATUS] = sizeof(mm_device_status);
+  bytes[MM_WS_EPOCH] = sizeof(uint64_t);
   bytes[MM_WS_PEERS] = MEGAMOE_MAX_RANKS * sizeof(uint64_t);
   bytes[MM_WS_EXPERT_TOKENS] = mul(&s, E, 4);
   bytes[MM_WS_POOL_OFFSET] = mul(&s, El + 1, 4);

@@ -27,6 +27,7 @@ typedef enum mm_region_id {
   MM_SYM_COMBINE,        /* [K][T_max][H] bf16: expert outputs pushed back to this source rank */
   /* workspace */
   MM_WS_STATUS,          /* mm_device_status */
+  MM_WS_EPOCH,           /* u64 forwards so far, counted on the device (graph replays count too) */
   MM_WS_PEERS,           /* [MEGAMOE_MAX_RANKS] peer base pointers of the symmetric buffer */
   MM_WS_EXPERT_TOKENS,   /* [E] i32: routed slots of this rank's tokens per global expert */
   MM_WS_POOL_OFFSET,     /* [E_l + 1] i32: first pool row of each local expert */

@@ -478,6 +478,70 @@ static mm_test_result t_reuse(const mm_rank_ctx* ctx) {
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
+/* A forward captured once in a CUDA graph and replayed on three different
+ * inputs (copied into the captured buffers): every replay is right. Serving
+ * engines replay graphs; the sequence numbers live on the device for this. */
+static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
+  lt_case base = lt_make(ctx, 512, 384, EXPERTS(ctx, 4), 3, 96, 16);
+  base.weight_seed = base.seed;
+  lt_case cases[3];
+  lt_data data[3];
+  lt_device dev[3];
+  int bad = 0;
+  for (int i = 0; i < 3; ++i) {
+    cases[i] = base;
+    cases[i].seed = base.seed + 101u * (uint64_t)(i + 1);
+    cases[i].mask_ratio = 0.15 * i;
+    bad |= lt_build(&cases[i], ctx->num_ranks, ctx->rank, &data[i]) != 0;
+    bad |= lt_upload(&cases[i], &data[i], ctx->rank, &dev[i]) != 0;
+  }
+  megamoe_layer* layer = NULL;
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  if (megamoe_create(&base.cfg, ctx->comm, &layer) != MEGAMOE_OK) return MM_TEST_FAIL;
+  megamoe_weights w = {dev[0].w1, dev[0].w1_sf, dev[0].w2, dev[0].w2_sf};
+  bad |= megamoe_prepare_weights(layer, &w, ctx->stream) != MEGAMOE_OK;
+  bad |= cudaStreamSynchronize(ctx->stream) != cudaSuccess;
+  /* Capture one forward reading dev[0]'s buffers. */
+  megamoe_forward_args a = lt_args(&cases[0], &dev[0], ctx->rank);
+  bad |= cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess;
+  megamoe_status st = megamoe_forward(layer, &a, ctx->stream);
+  if (st != MEGAMOE_OK) fprintf(stderr, "    rank %d: forward under capture: %s\n", ctx->rank, megamoe_last_error());
+  bad |= cudaStreamEndCapture(ctx->stream, &graph) != cudaSuccess || st != MEGAMOE_OK;
+  bad |= cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess;
+  const int64_t T = base.tokens[ctx->rank], H = base.cfg.hidden, K = base.cfg.top_k;
+  uint16_t* y = malloc(sizeof(uint16_t) * (size_t)(T * H) + 1);
+  for (int i = 0; i < 3; ++i) {
+    /* New inputs into the captured buffers, then poison y and replay. Every
+     * rank replays, whatever went wrong locally, so no peer waits. */
+    if (i > 0) {
+      cudaMemcpy(dev[0].x, data[i].x[ctx->rank], (size_t)(T * H), cudaMemcpyHostToDevice);
+      cudaMemcpy(dev[0].x_sf, data[i].x_sf[ctx->rank], sizeof(float) * (size_t)(T * (H / 128)), cudaMemcpyHostToDevice);
+      cudaMemcpy(dev[0].idx, data[i].idx[ctx->rank], sizeof(int32_t) * (size_t)(T * K), cudaMemcpyHostToDevice);
+      cudaMemcpy(dev[0].w, data[i].w[ctx->rank], sizeof(float) * (size_t)(T * K), cudaMemcpyHostToDevice);
+    }
+    cudaMemset(dev[0].y, 0xFF, sizeof(uint16_t) * (size_t)(T * H));
+    if (exec) bad |= cudaGraphLaunch(exec, ctx->stream) != cudaSuccess;
+    st = megamoe_sync(layer, ctx->stream);
+    if (st != MEGAMOE_OK) {
+      fprintf(stderr, "    rank %d replay %d: %s\n", ctx->rank, i, megamoe_last_error());
+      bad = 1;
+      continue;
+    }
+    if (!bad && (lt_download(&dev[0], T * H, y) != 0 || lt_compare(&cases[i], &data[i], ctx->rank, y, "graph replay") != 0))
+      bad = 1;
+  }
+  free(y);
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  bad |= megamoe_destroy(layer) != MEGAMOE_OK;
+  for (int i = 0; i < 3; ++i) {
+    lt_device_free(&dev[i]);
+    lt_free(&data[i]);
+  }
+  return bad ? MM_TEST_FAIL : MM_TEST_PASS;
+}
+
 /* A bad top-k index on rank 0 (found on the device): rank 0's sync reports
  * MEGAMOE_ERR_BAD_TOPK_INDEX, the others MEGAMOE_ERR_PEER_FAILED; the layer
  * stays usable and the next forward is right. */
@@ -614,6 +678,7 @@ const mm_rank_test mm_layer_tests[] = {
     {"random: 20 configurations", t_random, 1},
     {"run-to-run: bitwise identical", t_run_to_run, 1},
     {"reuse: 4 calls on one layer", t_reuse, 1},
+    {"graph: one capture replayed on 3 inputs", t_graph_replay, 1},
     {"errors: bad top-k index on the device", t_bad_topk_index, 1},
     {"errors: host-side argument checks", t_bad_arguments, 1},
     {"errors: a silent peer times out", t_peer_timeout, 2},

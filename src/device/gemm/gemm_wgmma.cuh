@@ -112,17 +112,35 @@ typedef enum mm_gemm_tile {
   MM_GEMM_TILE_256x128 = 2,
   MM_GEMM_TILE_128x128 = 3,
   MM_GEMM_TILE_64x256 = 4,
+  /* The same tiles with the skewed ("turn-taking") math schedule: the two
+   * math warpgroups issue their wgmma chains alternately, so one's wait and
+   * promotion overlap the other's chain on the tensor cores (see the device
+   * section). Same numerics, same outputs. */
+  MM_GEMM_TILE_128x256_SKEW = 5,     /* "128x256s" */
+  MM_GEMM_TILE_256x128_SKEW = 6,     /* "256x128s" */
+  MM_GEMM_TILE_128x128_SKEW = 7,     /* "128x128s" */
+  /* Skewed, plus the bf16 epilogue through shared memory and TMA stores for
+   * full tiles (one stage fewer; fp32 and SwiGLU outputs, partial tiles and
+   * a d not 16-byte aligned use the direct stores of the skewed tile). */
+  MM_GEMM_TILE_128x256_SKEW_TMA = 8, /* "128x256t" */
+  MM_GEMM_TILE_256x128_SKEW_TMA = 9, /* "256x128t" */
+  MM_GEMM_TILE_128x128_SKEW_TMA = 10, /* "128x128t" */
   MM_GEMM_TILE_COUNT
 } mm_gemm_tile;
 
 const char* mm_gemm_tile_name(mm_gemm_tile tile);
 
+/* Columns of a tile (its BN): n must be a multiple of it. 0 for AUTO or an
+ * unknown tile. */
+int mm_gemm_tile_width(mm_gemm_tile tile);
+
 /* The tile mm_gemm_wgmma picks for this problem (never AUTO). */
 mm_gemm_tile mm_gemm_wgmma_pick_tile(const mm_gemm_problem* p, mm_gemm_output out,
                                      const mm_swiglu_epilogue* swiglu);
 
-/* mm_gemm_wgmma with a forced tile. SWIGLU_FP8 with group 128 needs
- * MM_GEMM_TILE_128x256 (MEGAMOE_ERR_BAD_ARGUMENT otherwise). */
+/* mm_gemm_wgmma with a forced tile. SWIGLU_FP8 with group 128 needs a
+ * 128x256 tile (MM_GEMM_TILE_128x256, _SKEW or _SKEW_TMA;
+ * MEGAMOE_ERR_BAD_ARGUMENT otherwise). */
 megamoe_status mm_gemm_wgmma_tiled(const mm_gemm_problem* p, mm_gemm_output out, void* d,
                                    const mm_swiglu_epilogue* swiglu, mm_gemm_tile tile,
                                    cudaStream_t stream);
@@ -138,6 +156,7 @@ megamoe_status mm_gemm_wgmma_tiled(const mm_gemm_problem* p, mm_gemm_output out,
 
 #include "common.cuh"
 #include "ptx/mbarrier.cuh"
+#include "ptx/stmatrix.cuh"
 #include "ptx/sync.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/wgmma.cuh"
@@ -671,6 +690,306 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       mm_gemm_consume_tile<Cfg>(sm, pipe, args, ti, wg, acc);
       if constexpr (kOut == MM_GEMM_OUT_KIND_SWIGLU) mm_gemm_epilogue_swiglu<Cfg>(args, ti, wg, acc);
       else mm_gemm_epilogue_store<Cfg, kOut == MM_GEMM_OUT_KIND_BF16>(args, ti, wg, acc);
+    }
+  }
+}
+
+/* ======================= skewed ("turn-taking") schedule ======================
+ * Tiles MM_GEMM_TILE_*_SKEW(_TMA). Same tiles, shared-memory ring, producer,
+ * scheduler, numerics and epilogues as above; what changes is the order in
+ * which the two math warpgroups issue their wgmma chains.
+ *
+ * Why: above, both warpgroups wait on the same full barrier and issue their
+ * chains at the same moment, so the tensor cores interleave the two chains
+ * and both finish together; then both warpgroups wait (wait_group 0) and
+ * promote at the same time and the tensor cores idle for that whole gap, once
+ * per chain. Here a "chain" is the k32 wgmmas of one (promotion block, wave)
+ * of one warpgroup (4 x m64n128k32 for a_sf_block 128), and the chains of
+ * the CTA are issued in the strict order WG0 c0, WG1 c0, WG0 c1, WG1 c1, ...
+ * Each warpgroup waits for its own chain right after issuing it, so while
+ * WG0 waits and promotes chain c, the tensor cores run WG1's chain c, and
+ * WG0's chain c + 1 is issued before that one ends as long as wait +
+ * promotion + issue take less than one chain (256 tensor cycles).
+ *
+ * Turn protocol (named barriers over the 256 math threads):
+ *   WG0, chain c: if c > 0, bar.sync TURN0 (WG1 has issued chain c - 1);
+ *                 issue chain c; bar.arrive TURN1.
+ *   WG1, chain c: bar.sync TURN1 (WG0 has issued chain c); issue chain c;
+ *                 bar.arrive TURN0.
+ *   After its last tile WG0 runs one more bar.sync TURN0 (if it issued any
+ *   chain) to take WG1's last arrival, so no barrier is left half-arrived.
+ * Both warpgroups walk the same tiles, stages and waves, so they have the
+ * same chain count; a wave whose rows are all past the expert's count still
+ * takes its turns (without wgmmas). A warpgroup never arrives twice on one
+ * barrier phase: its next arrival on TURN1 (TURN0) follows its own sync on
+ * TURN0 (TURN1), which needs the other warpgroup's sync of the previous phase.
+ * The two warpgroups are never more than one chain apart, and the full /
+ * empty ring protocol is the one above, so no wait cycle exists.
+ *
+ * Also: the empty barrier of a stage is signalled right after the stage's
+ * last chain completed (before its promotion); the scale products of the
+ * stage are computed (so the A-scale loads from the stage have completed)
+ * before any wgmma of the stage is issued. B scales are loaded one K block
+ * ahead. */
+#define MM_GEMM_BAR_TURN0 1
+#define MM_GEMM_BAR_TURN1 2
+#define MM_GEMM_BAR_EPI 3
+#define MM_GEMM_MATH_THREADS 256
+
+__device__ __forceinline__ void mm_gemm_turn_wait(int wg, uint32_t turns) {
+  if (wg == 0) {
+    if (turns != 0) mm_named_barrier_sync(MM_GEMM_BAR_TURN0, MM_GEMM_MATH_THREADS);
+  } else {
+    mm_named_barrier_sync(MM_GEMM_BAR_TURN1, MM_GEMM_MATH_THREADS);
+  }
+}
+
+__device__ __forceinline__ void mm_gemm_turn_pass(int wg, uint32_t& turns) {
+  mm_named_barrier_arrive(wg == 0 ? MM_GEMM_BAR_TURN1 : MM_GEMM_BAR_TURN0, MM_GEMM_MATH_THREADS);
+  ++turns;
+}
+
+__device__ __forceinline__ void mm_gemm_turn_finish(int wg, uint32_t turns) {
+  if (wg == 0 && turns != 0) mm_named_barrier_sync(MM_GEMM_BAR_TURN0, MM_GEMM_MATH_THREADS);
+}
+
+/* Math warpgroup, skewed schedule: the K loop of one tile into acc (as
+ * mm_gemm_consume_tile). turns: this warpgroup's chain count so far (0 at
+ * the start of the kernel, carried across tiles). */
+template <class Cfg>
+__device__ __forceinline__ void mm_gemm_consume_tile_skew(const mm_gemm_smem& sm, mm_gemm_pipe& pipe,
+                                                          const mm_gemm_dev_args& args,
+                                                          const mm_gemm_tile_info& ti, int wg, uint32_t& turns,
+                                                          float (&acc)[Cfg::kWaves][64]) {
+  const int lane = threadIdx.x & 31;
+  const int warp = (threadIdx.x >> 5) & 3;
+  const int kblocks = args.k / MM_GEMM_BLOCK_K;
+  const int row_w = mm_gemm_wg_row0<Cfg>(wg);
+  const int col_w = mm_gemm_wg_col0<Cfg>(wg);
+
+  bool wave_ok[Cfg::kWM];
+#pragma unroll
+  for (int wm = 0; wm < Cfg::kWM; ++wm) wave_ok[wm] = row_w + 64 * wm < ti.rows;
+
+#pragma unroll
+  for (int w = 0; w < Cfg::kWaves; ++w)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[w][i] = 0.f;
+
+  const int bsn = args.b_sf_block_n;
+  const float* sfb_e = args.b_sf + (int64_t)ti.expert * (args.n / bsn) * kblocks;
+  const float* sfb[Cfg::kWN][2];
+  float sb_next[Cfg::kWN][2];
+#pragma unroll
+  for (int wn = 0; wn < Cfg::kWN; ++wn)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sfb[wn][h] = sfb_e + (int64_t)((ti.n0 + col_w + 128 * wn + 64 * h) / bsn) * kblocks;
+      sb_next[wn][h] = __ldg(sfb[wn][h]);
+    }
+
+  const uint32_t a_lo0 = mm_wgmma_desc_sw128_lo(sm.a);
+  const uint32_t b_lo0 = mm_wgmma_desc_sw128_lo(sm.b);
+  const int r_in = warp * 16 + (lane >> 2);
+
+  for (int kb = 0; kb < kblocks; ++kb) {
+    const uint32_t s = pipe.stage;
+    float sb[Cfg::kWN][2];
+    const int kn = kb + 1 < kblocks ? kb + 1 : kb;
+#pragma unroll
+    for (int wn = 0; wn < Cfg::kWN; ++wn)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        sb[wn][h] = sb_next[wn][h];
+        sb_next[wn][h] = __ldg(sfb[wn][h] + kn);
+      }
+
+    mm_mbar_wait(sm.full + 8 * s, pipe.phase);
+
+    /* Scale products of the stage: sc[h][wm][wn][2 * row half + column half]. */
+    float sc[Cfg::kPromo][Cfg::kWM][Cfg::kWN][4];
+    const float* sf_stage = sm.sf_ptr + s * (Cfg::kStageSF / 4);
+#pragma unroll
+    for (int h = 0; h < Cfg::kPromo; ++h)
+#pragma unroll
+      for (int wm = 0; wm < Cfg::kWM; ++wm) {
+        const int r = row_w + 64 * wm + r_in;
+        const float sa0 = wave_ok[wm] ? sf_stage[h * Cfg::BM + r] : 0.f;
+        const float sa1 = wave_ok[wm] ? sf_stage[h * Cfg::BM + r + 8] : 0.f;
+#pragma unroll
+        for (int wn = 0; wn < Cfg::kWN; ++wn) {
+          sc[h][wm][wn][0] = sa0 * sb[wn][0];
+          sc[h][wm][wn][1] = sa0 * sb[wn][1];
+          sc[h][wm][wn][2] = sa1 * sb[wn][0];
+          sc[h][wm][wn][3] = sa1 * sb[wn][1];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) mm_wgmma_fence_operand(sc[h][wm][wn][q]);
+        }
+      }
+
+#pragma unroll
+    for (int h = 0; h < Cfg::kPromo; ++h) {
+#pragma unroll
+      for (int wm = 0; wm < Cfg::kWM; ++wm) {
+#pragma unroll
+        for (int wn = 0; wn < Cfg::kWN; ++wn) {
+          const bool last = h == Cfg::kPromo - 1 && wm == Cfg::kWM - 1 && wn == Cfg::kWN - 1;
+          float part[64];
+          mm_gemm_turn_wait(wg, turns);
+          if (wave_ok[wm]) {
+#pragma unroll
+            for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
+            mm_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Cfg::kK32PerPromo; ++kk) {
+              const int k32 = h * Cfg::kK32PerPromo + kk;
+              const uint32_t a_lo =
+                  a_lo0 + ((s * Cfg::kStageA + (uint32_t)(row_w + 64 * wm) * 128u + 32u * k32) >> 4);
+              const uint32_t b_lo =
+                  b_lo0 + ((s * Cfg::kStageB + (uint32_t)(col_w + 128 * wn) * 128u + 32u * k32) >> 4);
+              mm_wgmma_m64n128k32_e4m3(part, mm_wgmma_desc(a_lo), mm_wgmma_desc(b_lo), kk > 0 ? 1u : 0u);
+            }
+            mm_wgmma_commit();
+#pragma unroll
+            for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
+          }
+          mm_gemm_turn_pass(wg, turns);
+          if (wave_ok[wm]) {
+            mm_wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
+          }
+          /* Every wgmma of this warp on stage s has completed. */
+          if (last && lane == 0) mm_mbar_arrive(sm.empty + 8 * s);
+          if (wave_ok[wm]) {
+            const float* c = sc[h][wm][wn];
+            float* a = acc[wm * Cfg::kWN + wn];
+#pragma unroll
+            for (int i = 0; i < 64; ++i) {
+              const int hi_col = i >= 32, hi_row = (i >> 1) & 1;
+              a[i] = fmaf(part[i], c[2 * hi_row + hi_col], a[i]);
+            }
+          }
+        }
+      }
+    }
+    mm_gemm_pipe_advance<Cfg>(pipe);
+  }
+}
+
+/* bf16 epilogue of a FULL tile (ti.rows == BM) through the staging area and
+ * TMA stores; all 256 math threads call it (it has CTA-wide named barriers
+ * over them). Staging layout: BN / 64 boxes of BM rows x 128 bytes (64 bf16
+ * columns), each box 128-byte swizzled as TMA expects (16-byte chunk c of row
+ * r at r * 128 + ((c ^ (r % 8)) * 16)). tm_d: bf16 [rows_cap, n], box 64 x BM,
+ * 128-byte swizzle. Thread 0 issues and tracks the stores: before the staging
+ * area is written again it waits until the previous tile's stores have read it. */
+template <class Cfg>
+__device__ __forceinline__ void mm_gemm_epilogue_tma_bf16(const mm_gemm_smem& sm, const CUtensorMap* tm_d,
+                                                          const mm_gemm_tile_info& ti, int wg,
+                                                          float (&acc)[Cfg::kWaves][64]) {
+  static_assert(Cfg::kEpiSmem == (uint32_t)Cfg::BM * Cfg::BN * 2, "staging area");
+  if (threadIdx.x == 0) mm_bulk_wait_group_read<0>();
+  mm_named_barrier_sync(MM_GEMM_BAR_EPI, MM_GEMM_MATH_THREADS);
+
+  const int lane = threadIdx.x & 31;
+  const int warp = (threadIdx.x >> 5) & 3;
+  const int mi = lane >> 3; /* the 8x8 matrix whose row this lane addresses */
+  const int r_in = warp * 16 + (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+  for (int wm = 0; wm < Cfg::kWM; ++wm) {
+    const uint32_t row = (uint32_t)(mm_gemm_wg_row0<Cfg>(wg) + 64 * wm + r_in);
+#pragma unroll
+    for (int wn = 0; wn < Cfg::kWN; ++wn) {
+      const float* a = acc[wm * Cfg::kWN + wn];
+#pragma unroll
+      for (int jp = 0; jp < 8; ++jp) {
+        const int j0 = 2 * jp, j1 = 2 * jp + 1;
+        const uint32_t col = (uint32_t)(mm_gemm_wg_col0<Cfg>(wg) + 128 * wn + 8 * (j0 + (mi >> 1)));
+        const uint32_t addr = sm.d + (col >> 6) * (uint32_t)(Cfg::BM * 128) + row * 128u +
+                              ((((col & 63u) >> 3) ^ (row & 7u)) << 4);
+        const uint32_t r0 = (uint32_t)mm_float_to_bf16(a[4 * j0]) | ((uint32_t)mm_float_to_bf16(a[4 * j0 + 1]) << 16);
+        const uint32_t r1 =
+            (uint32_t)mm_float_to_bf16(a[4 * j0 + 2]) | ((uint32_t)mm_float_to_bf16(a[4 * j0 + 3]) << 16);
+        const uint32_t r2 = (uint32_t)mm_float_to_bf16(a[4 * j1]) | ((uint32_t)mm_float_to_bf16(a[4 * j1 + 1]) << 16);
+        const uint32_t r3 =
+            (uint32_t)mm_float_to_bf16(a[4 * j1 + 2]) | ((uint32_t)mm_float_to_bf16(a[4 * j1 + 3]) << 16);
+        mm_stmatrix_x4(addr, r0, r1, r2, r3);
+      }
+    }
+  }
+  mm_fence_proxy_async_smem();
+  mm_named_barrier_sync(MM_GEMM_BAR_EPI, MM_GEMM_MATH_THREADS);
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int b = 0; b < Cfg::BN / 64; ++b)
+      mm_tma_store_2d(tm_d, sm.d + (uint32_t)b * (uint32_t)(Cfg::BM * 128), ti.n0 + 64 * b, ti.row0);
+    mm_bulk_commit_group();
+  }
+}
+
+/* The whole persistent kernel with the skewed schedule. kTmaStore (bf16
+ * output only): full tiles go through mm_gemm_epilogue_tma_bf16 (Cfg must
+ * have the staging area), partial tiles through the direct stores. */
+template <class Cfg, int kOut, bool kTmaStore>
+__global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
+    mm_gemm_wgmma_skew_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                              const __grid_constant__ CUtensorMap tm_sfa, const __grid_constant__ CUtensorMap tm_d,
+                              const mm_gemm_dev_args args) {
+  static_assert(!kTmaStore || kOut == MM_GEMM_OUT_KIND_BF16, "TMA-store epilogue: bf16 only");
+  static_assert(!kTmaStore || Cfg::kEpiSmem > 0, "TMA-store epilogue needs the staging area");
+  static_assert(!Cfg::kSplitN, "skewed schedule: row-split tiles only");
+  extern __shared__ uint8_t mm_gemm_smem_raw[];
+  const mm_gemm_smem sm = mm_gemm_smem_carve<Cfg>(mm_gemm_smem_raw, args.num_experts);
+  const int tid = threadIdx.x;
+  const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
+  const int lane = tid & 31;
+  const int tiles_n = args.n / Cfg::BN;
+  const int kblocks = args.k / MM_GEMM_BLOCK_K;
+
+  if (tid == 256) {
+    mm_tma_prefetch_map(&tm_a);
+    mm_tma_prefetch_map(&tm_b);
+    mm_tma_prefetch_map(&tm_sfa);
+    if (kTmaStore) mm_tma_prefetch_map(&tm_d);
+    mm_gemm_init_barriers<Cfg>(sm);
+  }
+  mm_gemm_sched_build(sm.sched, args, Cfg::BM, tiles_n, tid, MM_GEMM_THREADS);
+  __syncthreads();
+  const int total = sm.sched.tile_start[args.num_experts];
+
+  if (warp >= 8) {
+    mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
+    if (warp == 8 && lane == 0) {
+      mm_gemm_pipe pipe = {0u, 0u};
+      int cursor = 0;
+      for (int t = blockIdx.x; t < total; t += gridDim.x) {
+        const mm_gemm_tile_info ti = mm_gemm_sched_tile<Cfg>(sm.sched, t, cursor, tiles_n);
+        mm_gemm_produce_tile<Cfg>(sm, pipe, &tm_a, &tm_b, &tm_sfa, ti, args.n, kblocks);
+      }
+    }
+  } else {
+    mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
+    const int wg = warp >> 2;
+    mm_gemm_pipe pipe = {0u, 0u};
+    int cursor = 0;
+    uint32_t turns = 0;
+    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+      const mm_gemm_tile_info ti = mm_gemm_sched_tile<Cfg>(sm.sched, t, cursor, tiles_n);
+      float acc[Cfg::kWaves][64];
+      mm_gemm_consume_tile_skew<Cfg>(sm, pipe, args, ti, wg, turns, acc);
+      if constexpr (kTmaStore) {
+        if (ti.rows == Cfg::BM) mm_gemm_epilogue_tma_bf16<Cfg>(sm, &tm_d, ti, wg, acc);
+        else mm_gemm_epilogue_store<Cfg, true>(args, ti, wg, acc);
+      } else if constexpr (kOut == MM_GEMM_OUT_KIND_SWIGLU) {
+        mm_gemm_epilogue_swiglu<Cfg>(args, ti, wg, acc);
+      } else {
+        mm_gemm_epilogue_store<Cfg, kOut == MM_GEMM_OUT_KIND_BF16>(args, ti, wg, acc);
+      }
+    }
+    mm_gemm_turn_finish(wg, turns);
+    if constexpr (kTmaStore) {
+      if (tid == 0) mm_bulk_wait_group<0>();
     }
   }
 }

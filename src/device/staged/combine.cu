@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(256) mm_combine_push_kernel(mm_layer_view L) {
 }
 
 void mm_combine_push_launch(const mm_layer_view& L, cudaStream_t stream) {
-  mm_combine_push_kernel<<<mm_fill_blocks(), 256, 0, stream>>>(L);
+  mm_combine_push_kernel<<<L.fill_blocks, 256, 0, stream>>>(L);
 }
 
 /* y[t] = bf16(sum over unmasked k, in order k = 0..K-1, of fp32(combine[k][t])).
@@ -56,5 +56,5 @@ __global__ void __launch_bounds__(256) mm_reduce_kernel(mm_layer_view L, mm_forw
 }
 
 void mm_reduce_launch(const mm_layer_view& L, const mm_forward_view& F, cudaStream_t stream) {
-  mm_reduce_kernel<<<mm_fill_blocks(), 256, 0, stream>>>(L, F);
+  mm_reduce_kernel<<<L.fill_blocks, 256, 0, stream>>>(L, F);
 }

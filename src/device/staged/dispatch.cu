@@ -64,14 +64,17 @@ __global__ void __launch_bounds__(256) mm_dispatch_kernel(mm_layer_view L) {
 
 void mm_dispatch_launch(const mm_layer_view& L, cudaStream_t stream) {
   const size_t smem = sizeof(int32_t) * (L.local_experts + 1);
-  mm_dispatch_kernel<<<mm_fill_blocks(), 256, smem, stream>>>(L);
+  mm_dispatch_kernel<<<L.fill_blocks, 256, smem, stream>>>(L);
 }
 
-/* One block; thread p signals and waits on peer p. */
-__global__ void mm_barrier_kernel(mm_layer_view L, uint64_t value, int site) {
-  mm_barrier_thread(L, mm_status(L), value, site);
+/* One block; thread p signals and waits on peer p. Barrier `which` (0 or 1)
+ * of forward number `epoch` waits for the value 2 * epoch + which: values
+ * grow over the layer's life. */
+__global__ void mm_barrier_kernel(mm_layer_view L, int which, int site) {
+  const uint64_t epoch = *mm_ws<volatile uint64_t>(L, MM_WS_EPOCH);
+  mm_barrier_thread(L, mm_status(L), 2 * epoch + (uint64_t)which, site);
 }
 
-void mm_barrier_launch(const mm_layer_view& L, uint64_t value, int site, cudaStream_t stream) {
-  mm_barrier_kernel<<<1, 32, 0, stream>>>(L, value, site);
+void mm_barrier_launch(const mm_layer_view& L, int which, int site, cudaStream_t stream) {
+  mm_barrier_kernel<<<1, 32, 0, stream>>>(L, which, site);
 }

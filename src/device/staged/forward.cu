@@ -7,22 +7,12 @@ extern "C" {
 #include "host/errors.h"
 }
 
-int mm_fill_blocks(void) {
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) == cudaSuccess)
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  return sms * 4;
-}
-
-/* Barrier values: two barriers per forward, values grow with the sequence. */
-static uint64_t barrier_value(uint64_t seq, int which) { return seq * 2 + (uint64_t)which; }
-
 extern "C" megamoe_status mm_staged_forward(const mm_layer_view* L, const mm_forward_view* F,
                                             const uint8_t* w1p, const float* w1p_sf,
                                             const uint8_t* w2, const float* w2_sf, int engine,
                                             cudaStream_t stream) {
   mm_route_launch(*L, *F, stream);
-  mm_barrier_launch(*L, barrier_value(F->seq, 0), MM_SITE_BARRIER_DISPATCH, stream);
+  mm_barrier_launch(*L, 0, MM_SITE_BARRIER_DISPATCH, stream);
   mm_pool_layout_launch(*L, stream);
   mm_dispatch_launch(*L, stream);
 
@@ -55,7 +45,7 @@ extern "C" megamoe_status mm_staged_forward(const mm_layer_view* L, const mm_for
   MM_TRY(mm_gemm_run((mm_gemm_engine)engine, &l2, MM_GEMM_OUT_BF16, L->ws + L->offset[MM_WS_L2_OUT],
                      NULL, stream));
   mm_combine_push_launch(*L, stream);
-  mm_barrier_launch(*L, barrier_value(F->seq, 1), MM_SITE_BARRIER_COMBINE, stream);
+  mm_barrier_launch(*L, 1, MM_SITE_BARRIER_COMBINE, stream);
   mm_reduce_launch(*L, *F, stream);
 
   cudaError_t err = cudaGetLastError();

@@ -11,6 +11,8 @@ __global__ void __launch_bounds__(256) mm_route_count_kernel(mm_layer_view L, mm
   __shared__ int scratch[32];
   mm_device_status* st = mm_status(L);
   const int e = blockIdx.x;
+  /* This forward's number: the barriers that follow on the stream read it. */
+  if (e == 0 && threadIdx.x == 0) *mm_ws<uint64_t>(L, MM_WS_EPOCH) += 1;
   const int64_t slots = (int64_t)F.num_tokens * L.top_k;
   int count = 0;
   for (int64_t i = threadIdx.x; i < slots; i += blockDim.x) {

@@ -12,6 +12,10 @@
  *   barrier        all ranks: combine rows landed
  *   reduce         y[t] = sum over k in slot order
  *
+ * The forward's sequence number lives on the device (MM_WS_EPOCH: route_count
+ * increments it, the barriers read it), so a forward captured in a CUDA graph
+ * stays correct on every replay: barrier values keep growing.
+ *
  * Ordering across ranks uses only the two barriers: a rank writes a peer's
  * route lists for forward n+1 only after that peer passed the combine
  * barrier of forward n, i.e. after its pull of forward n finished. */
@@ -39,6 +43,7 @@ typedef struct mm_layer_view {
   uint8_t* peer_sym[MEGAMOE_MAX_RANKS]; /* symmetric buffer base of each rank (own included) */
   uint64_t offset[MM_REGION_COUNT];  /* region offsets in their space */
   uint64_t timeout_ns;
+  int32_t fill_blocks;               /* grid of the grid-stride kernels: 4 per SM */
 } mm_layer_view;
 
 /* One forward's inputs. */
@@ -50,7 +55,6 @@ typedef struct mm_forward_view {
   const float* topk_w;
   int32_t num_tokens;
   uint16_t* y;
-  uint64_t seq; /* forward sequence number, > 0, grows by one per forward */
 } mm_forward_view;
 
 /* Weight preparation (checkpoint layout -> kernel layout), one rank's E_l experts. */

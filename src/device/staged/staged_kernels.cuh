@@ -6,13 +6,11 @@
 
 void mm_route_launch(const mm_layer_view& L, const mm_forward_view& F, cudaStream_t stream);
 void mm_pool_layout_launch(const mm_layer_view& L, cudaStream_t stream);
-void mm_barrier_launch(const mm_layer_view& L, uint64_t value, int site, cudaStream_t stream);
+void mm_barrier_launch(const mm_layer_view& L, int which, int site, cudaStream_t stream);
 void mm_dispatch_launch(const mm_layer_view& L, cudaStream_t stream);
 void mm_swiglu_quant_launch(const mm_layer_view& L, cudaStream_t stream);
 void mm_combine_push_launch(const mm_layer_view& L, cudaStream_t stream);
 void mm_reduce_launch(const mm_layer_view& L, const mm_forward_view& F, cudaStream_t stream);
 
-/* Blocks for the grid-stride kernels: enough to fill the GPU. */
-int mm_fill_blocks(void);
 
 #endif

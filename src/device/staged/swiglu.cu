@@ -49,5 +49,5 @@ __global__ void __launch_bounds__(256) mm_swiglu_quant_kernel(mm_layer_view L) {
 }
 
 void mm_swiglu_quant_launch(const mm_layer_view& L, cudaStream_t stream) {
-  mm_swiglu_quant_kernel<<<mm_fill_blocks(), 256, 0, stream>>>(L);
+  mm_swiglu_quant_kernel<<<L.fill_blocks, 256, 0, stream>>>(L);
 }
