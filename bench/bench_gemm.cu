@@ -371,7 +371,7 @@ extern "C" int mm_bench_gemm_main(int argc, char** argv) {
       if (o.tiles) {
         for (int t = MM_GEMM_TILE_128x256; t < MM_GEMM_TILE_COUNT && rc == 0; ++t) {
           c.tile = (mm_gemm_tile)t;
-          if (n % 256 && (t == MM_GEMM_TILE_128x256 || t == MM_GEMM_TILE_64x256)) continue;
+          if (n % mm_gemm_tile_width((mm_gemm_tile)t)) continue;
           for (int it = 0; it < o.iters && rc == 0; ++it)
             rc = time_call(run_ours, &c, flush, flush_bytes, it, e0, e1, &t_ours[it]);
           if (rc) break;

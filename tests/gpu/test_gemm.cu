@@ -519,9 +519,11 @@ mm_test_result run_engine(engine_fn fn, const problem* p, mm_gemm_output out, mm
     if (r_ != MM_TEST_PASS) return r_;     \
   } while (0)
 
-const mm_gemm_tile kTiles[] = {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128, MM_GEMM_TILE_128x128,
-                               MM_GEMM_TILE_64x256};
-const int kNumTiles = 4;
+const mm_gemm_tile kTiles[] = {MM_GEMM_TILE_128x256,          MM_GEMM_TILE_256x128,          MM_GEMM_TILE_128x128,
+                               MM_GEMM_TILE_64x256,           MM_GEMM_TILE_128x256_SKEW,     MM_GEMM_TILE_256x128_SKEW,
+                               MM_GEMM_TILE_128x128_SKEW,     MM_GEMM_TILE_128x256_SKEW_TMA, MM_GEMM_TILE_256x128_SKEW_TMA,
+                               MM_GEMM_TILE_128x128_SKEW_TMA};
+const int kNumTiles = (int)(sizeof kTiles / sizeof kTiles[0]);
 
 /* The small problem of the CPU tests: empty experts, one row, partial
  * tiles of every height, a full 256-row expert, gaps between experts and
@@ -614,9 +616,15 @@ mm_test_result test_swiglu_vs_cpu(void) {
       mm_gemm_tile tile;
       int group;
       int has_clamp;
-    } runs[] = {{MM_GEMM_TILE_128x256, 128, 0}, {MM_GEMM_TILE_128x256, 128, 1}, {MM_GEMM_TILE_128x256, 64, 0},
-                {MM_GEMM_TILE_256x128, 64, 1},  {MM_GEMM_TILE_128x128, 64, 0},  {MM_GEMM_TILE_64x256, 64, 1},
-                {MM_GEMM_TILE_64x256, 64, 0},   {MM_GEMM_TILE_AUTO, 128, 1}};
+    } runs[] = {{MM_GEMM_TILE_128x256, 128, 0},          {MM_GEMM_TILE_128x256, 128, 1},
+                {MM_GEMM_TILE_128x256, 64, 0},           {MM_GEMM_TILE_256x128, 64, 1},
+                {MM_GEMM_TILE_128x128, 64, 0},           {MM_GEMM_TILE_64x256, 64, 1},
+                {MM_GEMM_TILE_64x256, 64, 0},            {MM_GEMM_TILE_AUTO, 128, 1},
+                {MM_GEMM_TILE_128x256_SKEW, 128, 0},     {MM_GEMM_TILE_128x256_SKEW, 128, 1},
+                {MM_GEMM_TILE_128x256_SKEW, 64, 0},      {MM_GEMM_TILE_256x128_SKEW, 64, 1},
+                {MM_GEMM_TILE_128x128_SKEW, 64, 0},      {MM_GEMM_TILE_128x256_SKEW_TMA, 128, 1},
+                {MM_GEMM_TILE_128x256_SKEW_TMA, 64, 0},  {MM_GEMM_TILE_256x128_SKEW_TMA, 64, 1},
+                {MM_GEMM_TILE_128x128_SKEW_TMA, 64, 0}};
     const float clamp = 0.5f;
     for (size_t i = 0; i < sizeof runs / sizeof runs[0] && res == MM_TEST_PASS; ++i) {
       char what[200];
@@ -748,11 +756,18 @@ mm_test_result test_vs_simple_large(void) {
   const int64_t R = p.rows_cap, n = d.n, inter = n / 2;
   mm_test_result res = MM_TEST_PASS;
   const mm_gemm_output outs[] = {MM_GEMM_OUT_F32, MM_GEMM_OUT_BF16, MM_GEMM_OUT_SWIGLU_FP8};
-  const mm_gemm_tile tiles[] = {MM_GEMM_TILE_AUTO, MM_GEMM_TILE_256x128};
+  const mm_gemm_tile tiles[] = {MM_GEMM_TILE_AUTO,          MM_GEMM_TILE_256x128,          MM_GEMM_TILE_128x256_SKEW,
+                                MM_GEMM_TILE_256x128_SKEW,  MM_GEMM_TILE_128x128_SKEW,     MM_GEMM_TILE_128x256_SKEW_TMA,
+                                MM_GEMM_TILE_256x128_SKEW_TMA, MM_GEMM_TILE_128x128_SKEW_TMA};
+  const int num_tiles = (int)(sizeof tiles / sizeof tiles[0]);
   for (int oi = 0; oi < 3 && res == MM_TEST_PASS; ++oi)
-    for (int ti = 0; ti < 2 && res == MM_TEST_PASS; ++ti) {
+    for (int ti = 0; ti < num_tiles && res == MM_TEST_PASS; ++ti) {
       const mm_gemm_output out = outs[oi];
-      const int group = ti == 0 ? 128 : 64;
+      /* Group 128 where the tile allows it (AUTO picks 128x256 for it). */
+      const int group = (tiles[ti] == MM_GEMM_TILE_AUTO || tiles[ti] == MM_GEMM_TILE_128x256_SKEW ||
+                         tiles[ti] == MM_GEMM_TILE_128x256_SKEW_TMA)
+                            ? 128
+                            : 64;
       res = run_engine(run_simple, &p, out, MM_GEMM_TILE_AUTO, group, 1, 0.05f, &o1);
       if (res == MM_TEST_PASS) res = run_engine(run_wgmma, &p, out, tiles[ti], group, 1, 0.05f, &o2);
       if (res != MM_TEST_PASS) break;
@@ -860,14 +875,18 @@ mm_test_result test_vs_cublaslt_large(void) {
       res = MM_TEST_FAIL;
     }
   }
-  const mm_gemm_tile tiles[] = {MM_GEMM_TILE_AUTO, MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128, MM_GEMM_TILE_64x256};
+  const mm_gemm_tile tiles[] = {MM_GEMM_TILE_AUTO,          MM_GEMM_TILE_128x256,          MM_GEMM_TILE_256x128,
+                                MM_GEMM_TILE_64x256,        MM_GEMM_TILE_128x256_SKEW,     MM_GEMM_TILE_256x128_SKEW,
+                                MM_GEMM_TILE_128x128_SKEW,  MM_GEMM_TILE_128x256_SKEW_TMA, MM_GEMM_TILE_256x128_SKEW_TMA,
+                                MM_GEMM_TILE_128x128_SKEW_TMA};
+  const int num_tiles = (int)(sizeof tiles / sizeof tiles[0]);
   uint16_t* h_lt = (uint16_t*)malloc(R * n * 2);
   uint16_t* h_ours = (uint16_t*)malloc(R * n * 2);
   if (res == MM_TEST_PASS) {
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(h_lt, d_lt, R * n * 2, cudaMemcpyDeviceToHost));
   }
-  for (int ti = 0; ti < 4 && res == MM_TEST_PASS; ++ti) {
+  for (int ti = 0; ti < num_tiles && res == MM_TEST_PASS; ++ti) {
     CUDA_OK(cudaMemset(d_ours, 0xFF, R * n * 2));
     CHECK_OK(mm_gemm_wgmma_tiled(&p.gp, MM_GEMM_OUT_BF16, d_ours, NULL, tiles[ti], 0));
     CUDA_OK(cudaDeviceSynchronize());

@@ -66,10 +66,15 @@ megamoe_status make_map_2d(CUtensorMap* map, const char* what, CUtensorMapDataTy
 
 int aligned(const void* p, uintptr_t a) { return ((uintptr_t)p % a) == 0; }
 
-/* Launches one instantiation. */
-template <class Cfg, int kOut>
+/* Kernel variants of one tile shape. */
+enum { VARIANT_PLAIN = 0, VARIANT_SKEW = 1, VARIANT_SKEW_TMA = 2 };
+
+/* Launches one instantiation. kVariant: VARIANT_PLAIN (mm_gemm_wgmma_kernel),
+ * VARIANT_SKEW or VARIANT_SKEW_TMA (mm_gemm_wgmma_skew_kernel without / with
+ * the TMA-store epilogue; the latter bf16 only, Cfg with the staging area). */
+template <class Cfg, int kOut, int kVariant>
 megamoe_status launch_cfg(const mm_gemm_problem* p, const mm_gemm_dev_args& args, cudaStream_t stream) {
-  CUtensorMap tm_a, tm_b, tm_sfa;
+  CUtensorMap tm_a, tm_b, tm_sfa, tm_d;
   MM_TRY(make_map_2d(&tm_a, "A", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->a, (uint64_t)p->k, (uint64_t)p->rows_cap,
                      (uint64_t)p->k, MM_GEMM_BLOCK_K, Cfg::BM, CU_TENSOR_MAP_SWIZZLE_128B));
   MM_TRY(make_map_2d(&tm_b, "B", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->b, (uint64_t)p->k,
@@ -78,6 +83,12 @@ megamoe_status launch_cfg(const mm_gemm_problem* p, const mm_gemm_dev_args& args
   MM_TRY(make_map_2d(&tm_sfa, "A_sf", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p->a_sf, (uint64_t)p->rows_cap,
                      (uint64_t)(p->k / p->a_sf_block), (uint64_t)p->rows_cap * 4u, Cfg::BM, Cfg::kPromo,
                      CU_TENSOR_MAP_SWIZZLE_NONE));
+  if (kVariant == VARIANT_SKEW_TMA) {
+    MM_TRY(make_map_2d(&tm_d, "D", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.d, (uint64_t)p->n, (uint64_t)p->rows_cap,
+                       (uint64_t)p->n * 2u, 64, Cfg::BM, CU_TENSOR_MAP_SWIZZLE_128B));
+  } else {
+    tm_d = tm_a; /* unused */
+  }
 
   int dev = 0, sms = 0, smem_optin = 0;
   cudaError_t err = cudaGetDevice(&dev);
@@ -91,15 +102,22 @@ megamoe_status launch_cfg(const mm_gemm_problem* p, const mm_gemm_dev_args& args
                    "gemm_wgmma: tile %dx%d needs %u B of shared memory per block, the device allows %d",
                    Cfg::BM, Cfg::BN, smem, smem_optin);
 
-  auto kernel = mm_gemm_wgmma_kernel<Cfg, kOut>;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (err != cudaSuccess)
-    return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: cudaFuncSetAttribute(%u B): %s", smem, cudaGetErrorString(err));
-
   /* Upper bound of the tile count (each expert wastes at most one partial m-tile). */
   const int64_t max_tiles = ((int64_t)p->rows_cap / Cfg::BM + p->num_experts) * (p->n / Cfg::BN);
   const int grid = (int)(max_tiles < sms ? max_tiles : sms);
-  kernel<<<grid, MM_GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_sfa, args);
+  if constexpr (kVariant == VARIANT_PLAIN) {
+    auto kernel = mm_gemm_wgmma_kernel<Cfg, kOut>;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess)
+      return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: cudaFuncSetAttribute(%u B): %s", smem, cudaGetErrorString(err));
+    kernel<<<grid, MM_GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_sfa, args);
+  } else {
+    auto kernel = mm_gemm_wgmma_skew_kernel<Cfg, kOut, kVariant == VARIANT_SKEW_TMA>;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess)
+      return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: cudaFuncSetAttribute(%u B): %s", smem, cudaGetErrorString(err));
+    kernel<<<grid, MM_GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_sfa, tm_d, args);
+  }
   err = cudaGetLastError();
   if (err != cudaSuccess)
     return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: launch (tile %dx%d, grid %d, smem %u): %s", Cfg::BM, Cfg::BN,
@@ -107,22 +125,33 @@ megamoe_status launch_cfg(const mm_gemm_problem* p, const mm_gemm_dev_args& args
   return MEGAMOE_OK;
 }
 
-template <class Cfg>
+/* kVariant VARIANT_SKEW_TMA: the bf16 output takes the TMA-store kernel (its
+ * Cfg with the staging area) when d is 16-byte aligned; every other case the
+ * plain skewed kernel. */
+template <class Cfg, int kVariant>
 megamoe_status launch_out(const mm_gemm_problem* p, mm_gemm_output out, const mm_gemm_dev_args& args,
                           cudaStream_t stream) {
+  constexpr int kV = kVariant == VARIANT_SKEW_TMA ? VARIANT_SKEW : kVariant;
   switch (out) {
-    case MM_GEMM_OUT_F32: return launch_cfg<Cfg, MM_GEMM_OUT_KIND_F32>(p, args, stream);
-    case MM_GEMM_OUT_BF16: return launch_cfg<Cfg, MM_GEMM_OUT_KIND_BF16>(p, args, stream);
-    case MM_GEMM_OUT_SWIGLU_FP8: return launch_cfg<Cfg, MM_GEMM_OUT_KIND_SWIGLU>(p, args, stream);
+    case MM_GEMM_OUT_F32: return launch_cfg<Cfg, MM_GEMM_OUT_KIND_F32, kV>(p, args, stream);
+    case MM_GEMM_OUT_BF16:
+      if constexpr (kVariant == VARIANT_SKEW_TMA) {
+        if (aligned(args.d, 16)) {
+          using CfgT = mm_gemm_cfg<Cfg::BM, Cfg::BN, Cfg::kSplitN, Cfg::kPromo, Cfg::BM * Cfg::BN * 2>;
+          return launch_cfg<CfgT, MM_GEMM_OUT_KIND_BF16, VARIANT_SKEW_TMA>(p, args, stream);
+        }
+      }
+      return launch_cfg<Cfg, MM_GEMM_OUT_KIND_BF16, kV>(p, args, stream);
+    case MM_GEMM_OUT_SWIGLU_FP8: return launch_cfg<Cfg, MM_GEMM_OUT_KIND_SWIGLU, kV>(p, args, stream);
   }
   return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm output kind %d", (int)out);
 }
 
-template <int BM, int BN, bool kSplitN>
+template <int BM, int BN, bool kSplitN, int kVariant = VARIANT_PLAIN>
 megamoe_status launch_tile(const mm_gemm_problem* p, mm_gemm_output out, const mm_gemm_dev_args& args,
                            cudaStream_t stream) {
-  if (p->a_sf_block == 128) return launch_out<mm_gemm_cfg<BM, BN, kSplitN, 1>>(p, out, args, stream);
-  return launch_out<mm_gemm_cfg<BM, BN, kSplitN, 2>>(p, out, args, stream);
+  if (p->a_sf_block == 128) return launch_out<mm_gemm_cfg<BM, BN, kSplitN, 1>, kVariant>(p, out, args, stream);
+  return launch_out<mm_gemm_cfg<BM, BN, kSplitN, 2>, kVariant>(p, out, args, stream);
 }
 
 }  // namespace
@@ -134,9 +163,33 @@ extern "C" const char* mm_gemm_tile_name(mm_gemm_tile tile) {
     case MM_GEMM_TILE_256x128: return "256x128";
     case MM_GEMM_TILE_128x128: return "128x128";
     case MM_GEMM_TILE_64x256: return "64x256";
+    case MM_GEMM_TILE_128x256_SKEW: return "128x256s";
+    case MM_GEMM_TILE_256x128_SKEW: return "256x128s";
+    case MM_GEMM_TILE_128x128_SKEW: return "128x128s";
+    case MM_GEMM_TILE_128x256_SKEW_TMA: return "128x256t";
+    case MM_GEMM_TILE_256x128_SKEW_TMA: return "256x128t";
+    case MM_GEMM_TILE_128x128_SKEW_TMA: return "128x128t";
     case MM_GEMM_TILE_COUNT: break;
   }
   return "?";
+}
+
+extern "C" int mm_gemm_tile_width(mm_gemm_tile tile) {
+  switch (tile) {
+    case MM_GEMM_TILE_128x256:
+    case MM_GEMM_TILE_64x256:
+    case MM_GEMM_TILE_128x256_SKEW:
+    case MM_GEMM_TILE_128x256_SKEW_TMA: return 256;
+    case MM_GEMM_TILE_256x128:
+    case MM_GEMM_TILE_128x128:
+    case MM_GEMM_TILE_256x128_SKEW:
+    case MM_GEMM_TILE_128x128_SKEW:
+    case MM_GEMM_TILE_256x128_SKEW_TMA:
+    case MM_GEMM_TILE_128x128_SKEW_TMA: return 128;
+    case MM_GEMM_TILE_AUTO:
+    case MM_GEMM_TILE_COUNT: break;
+  }
+  return 0;
 }
 
 extern "C" megamoe_status mm_gemm_check(const mm_gemm_problem* p, mm_gemm_output out, const void* d,
@@ -203,12 +256,13 @@ extern "C" megamoe_status mm_gemm_wgmma_tiled(const mm_gemm_problem* p, mm_gemm_
   if (tile == MM_GEMM_TILE_AUTO) tile = mm_gemm_wgmma_pick_tile(p, out, swiglu);
   if (tile <= MM_GEMM_TILE_AUTO || tile >= MM_GEMM_TILE_COUNT)
     return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: tile %d", (int)tile);
-  const int bn = (tile == MM_GEMM_TILE_128x256 || tile == MM_GEMM_TILE_64x256) ? 256 : 128;
+  const int bn = mm_gemm_tile_width(tile);
   if (p->n % bn)
     return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm_wgmma: n = %d is not a multiple of the tile width %d (tile %s)",
                    p->n, bn, mm_gemm_tile_name(tile));
-  if (out == MM_GEMM_OUT_SWIGLU_FP8 && swiglu->group == 128 && tile != MM_GEMM_TILE_128x256)
-    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: SwiGLU group 128 needs the 128x256 tile, not %s",
+  if (out == MM_GEMM_OUT_SWIGLU_FP8 && swiglu->group == 128 && tile != MM_GEMM_TILE_128x256 &&
+      tile != MM_GEMM_TILE_128x256_SKEW && tile != MM_GEMM_TILE_128x256_SKEW_TMA)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: SwiGLU group 128 needs a 128x256 tile, not %s",
                    mm_gemm_tile_name(tile));
   if (p->num_experts > MM_GEMM_MAX_EXPERTS)
     return mm_fail(MEGAMOE_ERR_BAD_EXPERTS, "gemm_wgmma: num_experts = %d above %d", p->num_experts,
@@ -259,6 +313,12 @@ extern "C" megamoe_status mm_gemm_wgmma_tiled(const mm_gemm_problem* p, mm_gemm_
     case MM_GEMM_TILE_256x128: return launch_tile<256, 128, false>(p, out, args, stream);
     case MM_GEMM_TILE_128x128: return launch_tile<128, 128, false>(p, out, args, stream);
     case MM_GEMM_TILE_64x256: return launch_tile<64, 256, true>(p, out, args, stream);
+    case MM_GEMM_TILE_128x256_SKEW: return launch_tile<128, 256, false, VARIANT_SKEW>(p, out, args, stream);
+    case MM_GEMM_TILE_256x128_SKEW: return launch_tile<256, 128, false, VARIANT_SKEW>(p, out, args, stream);
+    case MM_GEMM_TILE_128x128_SKEW: return launch_tile<128, 128, false, VARIANT_SKEW>(p, out, args, stream);
+    case MM_GEMM_TILE_128x256_SKEW_TMA: return launch_tile<128, 256, false, VARIANT_SKEW_TMA>(p, out, args, stream);
+    case MM_GEMM_TILE_256x128_SKEW_TMA: return launch_tile<256, 128, false, VARIANT_SKEW_TMA>(p, out, args, stream);
+    case MM_GEMM_TILE_128x128_SKEW_TMA: return launch_tile<128, 128, false, VARIANT_SKEW_TMA>(p, out, args, stream);
     default: break;
   }
   return mm_fail(MEGAMOE_ERR_INTERNAL, "gemm_wgmma: unhandled tile %d", (int)tile);

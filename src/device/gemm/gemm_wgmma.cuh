@@ -27,10 +27,14 @@
  *   MM_GEMM_TILE_256x128 256 x 128 rows (128 each)   2 x 1
  *   MM_GEMM_TILE_128x128 128 x 128 rows (64 each)    1 x 1
  *   MM_GEMM_TILE_64x256   64 x 256 columns (128 each) 1 x 1  (decode sizes)
+ *   ..._SKEW ("128x256s", "256x128s", "128x128s"): the same tiles, skewed
+ *   schedule; ..._SKEW_TMA ("128x256t", "256x128t", "128x128t"): skewed plus
+ *   the TMA-store bf16 epilogue (kStages 3, 3, 5).
  * A wave whose 64 rows are all past the expert's count skips its wgmmas. The
  * K block is 128 (one 128-byte swizzle row of fp8 per tile row).
  *
  * ---- Shared memory (mm_gemm_cfg; base aligned up to 1024 bytes) ------------
+ *   D staging  kEpiSmem = BM x BN x 2 B   (TMA-store tiles only; else absent)
  *   A stages   kStages x BM x 128 B       TMA, 128-byte swizzle
  *   B stages   kStages x BN x 128 B       TMA, 128-byte swizzle
  *   SF stages  kStages x kPromo x BM x 4  TMA, A scales of the stage's K block
@@ -77,12 +81,22 @@
  *   mm_gemm_epilogue_swiglu<Cfg>(...)       math warpgroup: SwiGLU + FP8 from acc
  *   mm_gemm_wgmma_kernel<Cfg, kOut>         the whole persistent kernel, as a
  *                                           template of how to combine them
+ * Skewed schedule (tiles *_SKEW, *_SKEW_TMA; section at the end of the file):
+ *   mm_gemm_consume_tile_skew<Cfg>(...)     math warpgroup: the K loop, chains
+ *                                           issued in turns with the other
+ *                                           warpgroup (named barriers 1, 2)
+ *   mm_gemm_epilogue_tma_bf16<Cfg>(...)     both math warpgroups: bf16 full
+ *                                           tile via stmatrix + TMA store
+ *                                           (named barrier 3)
+ *   mm_gemm_wgmma_skew_kernel<Cfg, kOut, kTmaStore>
  * A kernel of its own can use another shared-memory layout: the device
  * functions only need an mm_gemm_smem (stage and barrier addresses, the
  * scheduler arrays) and an mm_gemm_pipe per role, advanced identically.
  * Output stores are plain st.global from the accumulator fragment, masked to
  * valid rows; the epilogues use no shared memory and no CTA-wide barrier
- * (each math warpgroup stores its own part of the tile).
+ * (each math warpgroup stores its own part of the tile). The exception is
+ * mm_gemm_epilogue_tma_bf16 (full tiles only, staging area at the start of
+ * shared memory when Cfg::kEpiSmem > 0).
  *
  * ---- Numerics ------------------------------------------------------------------
  * acc = fma(part, sa * sb, acc) per (promotion block, wave), in K order; the
@@ -168,8 +182,8 @@ megamoe_status mm_gemm_wgmma_tiled(const mm_gemm_problem* p, mm_gemm_output out,
 #define MM_GEMM_SMEM_LIMIT 232448       /* 227 KB: Hopper's per-block opt-in maximum */
 #define MM_GEMM_SCHED_RESERVE 16384     /* scheduler arrays, E <= 1024 */
 #define MM_GEMM_MAX_EXPERTS 1024
-#define MM_GEMM_SCHED_RESERVE_SMALL 4096 /* with an output staging area: E <= 340 */
-#define MM_GEMM_MAX_EXPERTS_SMALL 340
+#define MM_GEMM_SCHED_RESERVE_SMALL 4096 /* with an output staging area (sizes kStages only; the
+                                            launcher checks the real size for E) */
 #define MM_GEMM_GROUP_ROWS 2048         /* rows of A per scheduler m-group */
 
 enum { MM_GEMM_OUT_KIND_F32 = 0, MM_GEMM_OUT_KIND_BF16 = 1, MM_GEMM_OUT_KIND_SWIGLU = 2 };
@@ -178,9 +192,10 @@ enum { MM_GEMM_OUT_KIND_F32 = 0, MM_GEMM_OUT_KIND_BF16 = 1, MM_GEMM_OUT_KIND_SWI
  * the tile's columns (else its rows). kPromo: A-scale blocks per 128-K block
  * (1 for a_sf_block 128, 2 for 64). kEpiSmem: bytes of an output staging
  * area at the start of the layout (the TMA-store epilogue, BM x BN bf16;
- * 0: none, and the layout is the original one). With staging, the scheduler
- * reserve shrinks to MM_GEMM_SCHED_RESERVE_SMALL (E <= MM_GEMM_MAX_EXPERTS_SMALL)
- * so that one more stage fits; the launcher checks the real size. */
+ * 0: none, and the layout is the original one). With staging, kStages is
+ * sized with MM_GEMM_SCHED_RESERVE_SMALL for the scheduler arrays, so that a
+ * third stage fits; the launcher checks the real size for E (for the tiles
+ * of the engine, E up to ~1000 fits). */
 template <int BM_, int BN_, bool kSplitN_, int kPromo_, int kEpiSmem_ = 0>
 struct mm_gemm_cfg {
   static constexpr int BM = BM_;
@@ -716,8 +731,10 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
  *                 issue chain c; bar.arrive TURN1.
  *   WG1, chain c: bar.sync TURN1 (WG0 has issued chain c); issue chain c;
  *                 bar.arrive TURN0.
- *   After its last tile WG0 runs one more bar.sync TURN0 (if it issued any
- *   chain) to take WG1's last arrival, so no barrier is left half-arrived.
+ *   WG1 does not arrive after the last chain of its last tile, so no barrier
+ *   is left half-arrived at exit. (A bar.sync after the tile loop instead
+ *   made ptxas cap the math registers at the kernel's entry budget, 168, and
+ *   spill.)
  * Both warpgroups walk the same tiles, stages and waves, so they have the
  * same chain count; a wave whose rows are all past the expert's count still
  * takes its turns (without wgmmas). A warpgroup never arrives twice on one
@@ -738,29 +755,28 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
 
 __device__ __forceinline__ void mm_gemm_turn_wait(int wg, uint32_t turns) {
   if (wg == 0) {
-    if (turns != 0) mm_named_barrier_sync(MM_GEMM_BAR_TURN0, MM_GEMM_MATH_THREADS);
+    if (turns != 0) mm_named_barrier_sync_c<MM_GEMM_BAR_TURN0, MM_GEMM_MATH_THREADS>();
   } else {
-    mm_named_barrier_sync(MM_GEMM_BAR_TURN1, MM_GEMM_MATH_THREADS);
+    mm_named_barrier_sync_c<MM_GEMM_BAR_TURN1, MM_GEMM_MATH_THREADS>();
   }
 }
 
-__device__ __forceinline__ void mm_gemm_turn_pass(int wg, uint32_t& turns) {
-  mm_named_barrier_arrive(wg == 0 ? MM_GEMM_BAR_TURN1 : MM_GEMM_BAR_TURN0, MM_GEMM_MATH_THREADS);
+/* skip: WG1's very last chain of the kernel (nobody waits for it). */
+__device__ __forceinline__ void mm_gemm_turn_pass(int wg, uint32_t& turns, bool skip) {
+  if (wg == 0) mm_named_barrier_arrive_c<MM_GEMM_BAR_TURN1, MM_GEMM_MATH_THREADS>();
+  else if (!skip) mm_named_barrier_arrive_c<MM_GEMM_BAR_TURN0, MM_GEMM_MATH_THREADS>();
   ++turns;
-}
-
-__device__ __forceinline__ void mm_gemm_turn_finish(int wg, uint32_t turns) {
-  if (wg == 0 && turns != 0) mm_named_barrier_sync(MM_GEMM_BAR_TURN0, MM_GEMM_MATH_THREADS);
 }
 
 /* Math warpgroup, skewed schedule: the K loop of one tile into acc (as
  * mm_gemm_consume_tile). turns: this warpgroup's chain count so far (0 at
- * the start of the kernel, carried across tiles). */
+ * the start of the kernel, carried across tiles). final_tile: this is the
+ * CTA's last tile (the same value in both warpgroups). */
 template <class Cfg>
 __device__ __forceinline__ void mm_gemm_consume_tile_skew(const mm_gemm_smem& sm, mm_gemm_pipe& pipe,
                                                           const mm_gemm_dev_args& args,
                                                           const mm_gemm_tile_info& ti, int wg, uint32_t& turns,
-                                                          float (&acc)[Cfg::kWaves][64]) {
+                                                          bool final_tile, float (&acc)[Cfg::kWaves][64]) {
   const int lane = threadIdx.x & 31;
   const int warp = (threadIdx.x >> 5) & 3;
   const int kblocks = args.k / MM_GEMM_BLOCK_K;
@@ -834,9 +850,13 @@ __device__ __forceinline__ void mm_gemm_consume_tile_skew(const mm_gemm_smem& sm
 #pragma unroll
         for (int wn = 0; wn < Cfg::kWN; ++wn) {
           const bool last = h == Cfg::kPromo - 1 && wm == Cfg::kWM - 1 && wn == Cfg::kWN - 1;
-          float part[64];
-          mm_gemm_turn_wait(wg, turns);
+          const bool skip_pass = last && final_tile && kb == kblocks - 1;
           if (wave_ok[wm]) {
+            /* Straight-line from issue to wait: no control-flow merge may
+             * separate the wgmmas from their wait_group (ptxas would inject
+             * a wait right after the issue, before the turn is passed). */
+            float part[64];
+            mm_gemm_turn_wait(wg, turns);
 #pragma unroll
             for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
             mm_wgmma_fence();
@@ -852,16 +872,12 @@ __device__ __forceinline__ void mm_gemm_consume_tile_skew(const mm_gemm_smem& sm
             mm_wgmma_commit();
 #pragma unroll
             for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
-          }
-          mm_gemm_turn_pass(wg, turns);
-          if (wave_ok[wm]) {
+            mm_gemm_turn_pass(wg, turns, skip_pass);
             mm_wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
-          }
-          /* Every wgmma of this warp on stage s has completed. */
-          if (last && lane == 0) mm_mbar_arrive(sm.empty + 8 * s);
-          if (wave_ok[wm]) {
+            /* Every wgmma of this warp on stage s has completed. */
+            if (last && lane == 0) mm_mbar_arrive(sm.empty + 8 * s);
             const float* c = sc[h][wm][wn];
             float* a = acc[wm * Cfg::kWN + wn];
 #pragma unroll
@@ -869,6 +885,11 @@ __device__ __forceinline__ void mm_gemm_consume_tile_skew(const mm_gemm_smem& sm
               const int hi_col = i >= 32, hi_row = (i >> 1) & 1;
               a[i] = fmaf(part[i], c[2 * hi_row + hi_col], a[i]);
             }
+          } else {
+            /* A wave past the expert's count: its turn, no wgmmas. */
+            mm_gemm_turn_wait(wg, turns);
+            mm_gemm_turn_pass(wg, turns, skip_pass);
+            if (last && lane == 0) mm_mbar_arrive(sm.empty + 8 * s);
           }
         }
       }
@@ -890,7 +911,7 @@ __device__ __forceinline__ void mm_gemm_epilogue_tma_bf16(const mm_gemm_smem& sm
                                                           float (&acc)[Cfg::kWaves][64]) {
   static_assert(Cfg::kEpiSmem == (uint32_t)Cfg::BM * Cfg::BN * 2, "staging area");
   if (threadIdx.x == 0) mm_bulk_wait_group_read<0>();
-  mm_named_barrier_sync(MM_GEMM_BAR_EPI, MM_GEMM_MATH_THREADS);
+  mm_named_barrier_sync_c<MM_GEMM_BAR_EPI, MM_GEMM_MATH_THREADS>();
 
   const int lane = threadIdx.x & 31;
   const int warp = (threadIdx.x >> 5) & 3;
@@ -919,7 +940,7 @@ __device__ __forceinline__ void mm_gemm_epilogue_tma_bf16(const mm_gemm_smem& sm
     }
   }
   mm_fence_proxy_async_smem();
-  mm_named_barrier_sync(MM_GEMM_BAR_EPI, MM_GEMM_MATH_THREADS);
+  mm_named_barrier_sync_c<MM_GEMM_BAR_EPI, MM_GEMM_MATH_THREADS>();
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int b = 0; b < Cfg::BN / 64; ++b)
@@ -976,20 +997,21 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     uint32_t turns = 0;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
       const mm_gemm_tile_info ti = mm_gemm_sched_tile<Cfg>(sm.sched, t, cursor, tiles_n);
+      const bool final_tile = t + (int)gridDim.x >= total;
       float acc[Cfg::kWaves][64];
-      mm_gemm_consume_tile_skew<Cfg>(sm, pipe, args, ti, wg, turns, acc);
+      mm_gemm_consume_tile_skew<Cfg>(sm, pipe, args, ti, wg, turns, final_tile, acc);
       if constexpr (kTmaStore) {
         if (ti.rows == Cfg::BM) mm_gemm_epilogue_tma_bf16<Cfg>(sm, &tm_d, ti, wg, acc);
         else mm_gemm_epilogue_store<Cfg, true>(args, ti, wg, acc);
+        /* The staging area must stay valid until the last stores have read
+         * it (the CTA's shared memory goes away at exit). Waited inside the
+         * loop: code after the loop made ptxas cap the math registers. */
+        if (final_tile && tid == 0) mm_bulk_wait_group<0>();
       } else if constexpr (kOut == MM_GEMM_OUT_KIND_SWIGLU) {
         mm_gemm_epilogue_swiglu<Cfg>(args, ti, wg, acc);
       } else {
         mm_gemm_epilogue_store<Cfg, kOut == MM_GEMM_OUT_KIND_BF16>(args, ti, wg, acc);
       }
-    }
-    mm_gemm_turn_finish(wg, turns);
-    if constexpr (kTmaStore) {
-      if (tid == 0) mm_bulk_wait_group<0>();
     }
   }
 }

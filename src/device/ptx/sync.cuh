@@ -32,6 +32,19 @@ MM_PTX_DEVICE void mm_named_barrier_arrive(uint32_t id, uint32_t count) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+/* The same with a compile-time barrier id and count (immediate operands). */
+template <uint32_t kId, uint32_t kCount>
+MM_PTX_DEVICE void mm_named_barrier_sync_c() {
+  static_assert(kId >= 1 && kId <= 15 && kCount % 32 == 0, "named barrier");
+  asm volatile("bar.sync %0, %1;" ::"n"(kId), "n"(kCount) : "memory");
+}
+
+template <uint32_t kId, uint32_t kCount>
+MM_PTX_DEVICE void mm_named_barrier_arrive_c() {
+  static_assert(kId >= 1 && kId <= 15 && kCount % 32 == 0, "named barrier");
+  asm volatile("bar.arrive %0, %1;" ::"n"(kId), "n"(kCount) : "memory");
+}
+
 /* Register reconfiguration of the executing warpgroup. All four warps of
  * the warpgroup execute the same one; the kernel needs a register cap at
  * entry (__launch_bounds__(threads, 1)). */
