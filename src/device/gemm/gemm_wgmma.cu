@@ -245,6 +245,9 @@ extern "C" mm_gemm_tile mm_gemm_wgmma_pick_tile(const mm_gemm_problem* p, mm_gem
    * 64-row tile wastes the least tensor work and streams the weights the same. */
   const int64_t per_expert = p->num_experts > 0 ? (int64_t)p->rows_cap / p->num_experts : 0;
   if (per_expert <= 128 && p->n % 256 == 0) return MM_GEMM_TILE_64x256;
+  /* bf16 output with larger pools: the TMA-store epilogue measured best on the
+   * H200 (docs/PERF.md, engine v2: 1126 vs 1004 TFLOP/s at M 16384, N = K = 4096). */
+  if (out == MM_GEMM_OUT_BF16) return MM_GEMM_TILE_256x128_SKEW_TMA;
   if (p->n % 256 == 0) return MM_GEMM_TILE_128x256;
   return MM_GEMM_TILE_256x128;
 }
