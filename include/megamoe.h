@@ -132,7 +132,10 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
                               megamoe_layer** layer_out);
 
 /* Collective. Frees everything (windows deregistered before their memory is
- * freed). NULL is accepted. The communicator stays the caller's. */
+ * freed). NULL is accepted. The communicator stays the caller's. After a
+ * MEGAMOE_ERR_TIMEOUT caused by a peer that died, abort the communicator
+ * (ncclCommAbort) first: the collective deregistration then fails at once
+ * instead of waiting for the dead peer, and the local memory is still freed. */
 megamoe_status megamoe_destroy(megamoe_layer* layer);
 
 /* Weights of this rank's E_l experts, in the checkpoint layout of DESIGN.md

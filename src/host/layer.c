@@ -85,11 +85,14 @@ static megamoe_status release(megamoe_layer* l) {
     ncclResult_t r = ncclMemFree(l->symmetric);
     if (r != ncclSuccess && st == MEGAMOE_OK)
       st = mm_fail(MEGAMOE_ERR_NCCL, "ncclMemFree: %s", ncclGetErrorString(r));
-  } else if (l->symmetric) {
-    cudaFree(l->symmetric);
   }
-  if (l->workspace) cudaFree(l->workspace);
-  if (l->weights) cudaFree(l->weights);
+  void* plain[3] = {l->symmetric_is_nccl ? NULL : l->symmetric, l->workspace, l->weights};
+  for (int i = 0; i < 3; ++i) {
+    if (!plain[i]) continue;
+    cudaError_t e = cudaFree(plain[i]);
+    if (e != cudaSuccess && st == MEGAMOE_OK)
+      st = mm_fail(MEGAMOE_ERR_CUDA, "cudaFree (layer buffer %d): %s", i, cudaGetErrorString(e));
+  }
   free(l);
   return st;
 }
@@ -151,8 +154,9 @@ static void build_view(megamoe_layer* l, uint8_t** peers) {
   for (int id = 0; id < MM_REGION_COUNT; ++id) v->offset[id] = l->layout.regions[id].offset;
   double timeout = c->timeout_s > 0 ? c->timeout_s : MEGAMOE_DEFAULT_TIMEOUT_S;
   v->timeout_ns = (uint64_t)(timeout * 1e9);
-  int sms = 132;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, l->device);
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, l->device) != cudaSuccess || sms < 1)
+    sms = 132; /* only sizes a grid-stride loop: any value is correct */
   v->fill_blocks = 4 * sms;
 }
 
@@ -188,8 +192,9 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
     st = mm_fail(MEGAMOE_ERR_NO_DEVICE, "cudaGetDevice failed: no current CUDA device");
   if (st == MEGAMOE_OK) {
     int major = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, l->device);
-    if (major != 9)
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, l->device) != cudaSuccess)
+      st = mm_fail(MEGAMOE_ERR_CUDA, "cudaDeviceGetAttribute(compute capability) failed");
+    else if (major != 9)
       st = mm_fail(MEGAMOE_ERR_UNSUPPORTED_DEVICE, "device %d has compute capability %d.x, need 9.0 (Hopper)",
                    l->device, major);
   }
