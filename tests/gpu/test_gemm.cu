@@ -522,7 +522,7 @@ mm_test_result run_engine(engine_fn fn, const problem* p, mm_gemm_output out, mm
 const mm_gemm_tile kTiles[] = {MM_GEMM_TILE_128x256,          MM_GEMM_TILE_256x128,          MM_GEMM_TILE_128x128,
                                MM_GEMM_TILE_64x256,           MM_GEMM_TILE_128x256_SKEW,     MM_GEMM_TILE_256x128_SKEW,
                                MM_GEMM_TILE_128x128_SKEW,     MM_GEMM_TILE_128x256_SKEW_TMA, MM_GEMM_TILE_256x128_SKEW_TMA,
-                               MM_GEMM_TILE_128x128_SKEW_TMA, MM_GEMM_TILE_128x256_MC,       MM_GEMM_TILE_256x128_MC};
+                               MM_GEMM_TILE_128x128_SKEW_TMA};
 const int kNumTiles = (int)(sizeof kTiles / sizeof kTiles[0]);
 
 /* The small problem of the CPU tests: empty experts, one row, partial
@@ -624,8 +624,7 @@ mm_test_result test_swiglu_vs_cpu(void) {
                 {MM_GEMM_TILE_128x256_SKEW, 64, 0},      {MM_GEMM_TILE_256x128_SKEW, 64, 1},
                 {MM_GEMM_TILE_128x128_SKEW, 64, 0},      {MM_GEMM_TILE_128x256_SKEW_TMA, 128, 1},
                 {MM_GEMM_TILE_128x256_SKEW_TMA, 64, 0},  {MM_GEMM_TILE_256x128_SKEW_TMA, 64, 1},
-                {MM_GEMM_TILE_128x128_SKEW_TMA, 64, 0},  {MM_GEMM_TILE_128x256_MC, 128, 1},
-                {MM_GEMM_TILE_128x256_MC, 64, 0},        {MM_GEMM_TILE_256x128_MC, 64, 1}};
+                {MM_GEMM_TILE_128x128_SKEW_TMA, 64, 0}};
     const float clamp = 0.5f;
     for (size_t i = 0; i < sizeof runs / sizeof runs[0] && res == MM_TEST_PASS; ++i) {
       char what[200];
@@ -759,15 +758,14 @@ mm_test_result test_vs_simple_large(void) {
   const mm_gemm_output outs[] = {MM_GEMM_OUT_F32, MM_GEMM_OUT_BF16, MM_GEMM_OUT_SWIGLU_FP8};
   const mm_gemm_tile tiles[] = {MM_GEMM_TILE_AUTO,          MM_GEMM_TILE_256x128,          MM_GEMM_TILE_128x256_SKEW,
                                 MM_GEMM_TILE_256x128_SKEW,  MM_GEMM_TILE_128x128_SKEW,     MM_GEMM_TILE_128x256_SKEW_TMA,
-                                MM_GEMM_TILE_256x128_SKEW_TMA, MM_GEMM_TILE_128x128_SKEW_TMA, MM_GEMM_TILE_128x256_MC,
-                                MM_GEMM_TILE_256x128_MC};
+                                MM_GEMM_TILE_256x128_SKEW_TMA, MM_GEMM_TILE_128x128_SKEW_TMA};
   const int num_tiles = (int)(sizeof tiles / sizeof tiles[0]);
   for (int oi = 0; oi < 3 && res == MM_TEST_PASS; ++oi)
     for (int ti = 0; ti < num_tiles && res == MM_TEST_PASS; ++ti) {
       const mm_gemm_output out = outs[oi];
       /* Group 128 where the tile allows it (AUTO picks 128x256 for it). */
       const int group = (tiles[ti] == MM_GEMM_TILE_AUTO || tiles[ti] == MM_GEMM_TILE_128x256_SKEW ||
-                         tiles[ti] == MM_GEMM_TILE_128x256_SKEW_TMA || tiles[ti] == MM_GEMM_TILE_128x256_MC)
+                         tiles[ti] == MM_GEMM_TILE_128x256_SKEW_TMA)
                             ? 128
                             : 64;
       res = run_engine(run_simple, &p, out, MM_GEMM_TILE_AUTO, group, 1, 0.05f, &o1);
@@ -880,7 +878,7 @@ mm_test_result test_vs_cublaslt_large(void) {
   const mm_gemm_tile tiles[] = {MM_GEMM_TILE_AUTO,          MM_GEMM_TILE_128x256,          MM_GEMM_TILE_256x128,
                                 MM_GEMM_TILE_64x256,        MM_GEMM_TILE_128x256_SKEW,     MM_GEMM_TILE_256x128_SKEW,
                                 MM_GEMM_TILE_128x128_SKEW,  MM_GEMM_TILE_128x256_SKEW_TMA, MM_GEMM_TILE_256x128_SKEW_TMA,
-                                MM_GEMM_TILE_128x128_SKEW_TMA, MM_GEMM_TILE_128x256_MC,    MM_GEMM_TILE_256x128_MC};
+                                MM_GEMM_TILE_128x128_SKEW_TMA};
   const int num_tiles = (int)(sizeof tiles / sizeof tiles[0]);
   uint16_t* h_lt = (uint16_t*)malloc(R * n * 2);
   uint16_t* h_ours = (uint16_t*)malloc(R * n * 2);

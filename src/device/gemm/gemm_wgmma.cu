@@ -66,48 +66,8 @@ megamoe_status make_map_2d(CUtensorMap* map, const char* what, CUtensorMapDataTy
 
 int aligned(const void* p, uintptr_t a) { return ((uintptr_t)p % a) == 0; }
 
-/* Kernel variants of one tile shape. VARIANT_CLUSTER_*: the skewed kernel
- * run by 2-CTA clusters with TMA multicast (mm_gemm_wgmma_cluster_kernel),
- * sharing A (_A: paired n-tiles) or B (_B: paired m-tiles); _TMA: with the
- * TMA-store bf16 epilogue. */
-enum {
-  VARIANT_PLAIN = 0,
-  VARIANT_SKEW = 1,
-  VARIANT_SKEW_TMA = 2,
-  VARIANT_CLUSTER_A = 3,
-  VARIANT_CLUSTER_A_TMA = 4,
-  VARIANT_CLUSTER_B = 5,
-  VARIANT_CLUSTER_B_TMA = 6
-};
-
-constexpr bool variant_cluster(int v) { return v >= VARIANT_CLUSTER_A; }
-constexpr bool variant_tma_store(int v) {
-  return v == VARIANT_SKEW_TMA || v == VARIANT_CLUSTER_A_TMA || v == VARIANT_CLUSTER_B_TMA;
-}
-/* The variant without the TMA-store epilogue. */
-constexpr int variant_no_tma(int v) {
-  return v == VARIANT_SKEW_TMA ? VARIANT_SKEW
-         : v == VARIANT_CLUSTER_A_TMA ? VARIANT_CLUSTER_A
-         : v == VARIANT_CLUSTER_B_TMA ? VARIANT_CLUSTER_B
-                                      : v;
-}
-constexpr bool variant_share_a(int v) { return v == VARIANT_CLUSTER_A || v == VARIANT_CLUSTER_A_TMA; }
-
-/* Active 2-CTA clusters of one kernel instantiation on this device
- * (cudaOccupancyMaxActiveClusters), cached in *cache (one per instantiation)
- * after the first query; falls back to sms / 2 when the query fails. */
-template <class Kernel>
-int max_active_clusters(int* cache, Kernel kernel, const cudaLaunchConfig_t* cfg, int sms) {
-  const int c = __atomic_load_n(cache, __ATOMIC_RELAXED);
-  if (c > 0) return c;
-  int q = 0;
-  if (cudaOccupancyMaxActiveClusters(&q, kernel, cfg) != cudaSuccess || q < 1) {
-    (void)cudaGetLastError(); /* not sticky; clear it */
-    q = sms / 2 > 0 ? sms / 2 : 1;
-  }
-  __atomic_store_n(cache, q, __ATOMIC_RELAXED);
-  return q;
-}
+/* Kernel variants of one tile shape. */
+enum { VARIANT_PLAIN = 0, VARIANT_SKEW = 1, VARIANT_SKEW_TMA = 2 };
 
 /* Launches one instantiation. kVariant: VARIANT_PLAIN (mm_gemm_wgmma_kernel),
  * VARIANT_SKEW or VARIANT_SKEW_TMA (mm_gemm_wgmma_skew_kernel without / with
@@ -115,21 +75,15 @@ int max_active_clusters(int* cache, Kernel kernel, const cudaLaunchConfig_t* cfg
 template <class Cfg, int kOut, int kVariant>
 megamoe_status launch_cfg(const mm_gemm_problem* p, const mm_gemm_dev_args& args, cudaStream_t stream) {
   CUtensorMap tm_a, tm_b, tm_sfa, tm_d;
-  /* Cluster variants: the operand the two CTAs share is loaded in halves
-   * (box of half the tile's rows), each multicast to both CTAs. */
-  constexpr bool kCluster = variant_cluster(kVariant);
-  constexpr bool kShareA = variant_share_a(kVariant);
-  constexpr uint32_t kBoxA = kCluster && kShareA ? Cfg::BM / 2 : Cfg::BM;
-  constexpr uint32_t kBoxB = kCluster && !kShareA ? Cfg::BN / 2 : Cfg::BN;
   MM_TRY(make_map_2d(&tm_a, "A", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->a, (uint64_t)p->k, (uint64_t)p->rows_cap,
-                     (uint64_t)p->k, MM_GEMM_BLOCK_K, kBoxA, CU_TENSOR_MAP_SWIZZLE_128B));
+                     (uint64_t)p->k, MM_GEMM_BLOCK_K, Cfg::BM, CU_TENSOR_MAP_SWIZZLE_128B));
   MM_TRY(make_map_2d(&tm_b, "B", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->b, (uint64_t)p->k,
-                     (uint64_t)p->num_experts * (uint64_t)p->n, (uint64_t)p->k, MM_GEMM_BLOCK_K, kBoxB,
+                     (uint64_t)p->num_experts * (uint64_t)p->n, (uint64_t)p->k, MM_GEMM_BLOCK_K, Cfg::BN,
                      CU_TENSOR_MAP_SWIZZLE_128B));
   MM_TRY(make_map_2d(&tm_sfa, "A_sf", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p->a_sf, (uint64_t)p->rows_cap,
                      (uint64_t)(p->k / p->a_sf_block), (uint64_t)p->rows_cap * 4u, Cfg::BM, Cfg::kPromo,
                      CU_TENSOR_MAP_SWIZZLE_NONE));
-  if (variant_tma_store(kVariant)) {
+  if (kVariant == VARIANT_SKEW_TMA) {
     MM_TRY(make_map_2d(&tm_d, "D", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.d, (uint64_t)p->n, (uint64_t)p->rows_cap,
                        (uint64_t)p->n * 2u, 64, Cfg::BM, CU_TENSOR_MAP_SWIZZLE_128B));
   } else {
@@ -157,41 +111,12 @@ megamoe_status launch_cfg(const mm_gemm_problem* p, const mm_gemm_dev_args& args
     if (err != cudaSuccess)
       return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: cudaFuncSetAttribute(%u B): %s", smem, cudaGetErrorString(err));
     kernel<<<grid, MM_GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_sfa, args);
-  } else if constexpr (!kCluster) {
+  } else {
     auto kernel = mm_gemm_wgmma_skew_kernel<Cfg, kOut, kVariant == VARIANT_SKEW_TMA>;
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess)
       return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: cudaFuncSetAttribute(%u B): %s", smem, cudaGetErrorString(err));
     kernel<<<grid, MM_GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_sfa, tm_d, args);
-  } else {
-    /* 2-CTA clusters: grid = 2 x clusters, clusters = min(the device's
-     * active clusters of this kernel, cluster tiles' upper bound). */
-    auto kernel = mm_gemm_wgmma_cluster_kernel<Cfg, kOut, variant_tma_store(kVariant), kShareA>;
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess)
-      return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: cudaFuncSetAttribute(%u B): %s", smem, cudaGetErrorString(err));
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(2u * (unsigned)(sms / 2 > 0 ? sms / 2 : 1), 1, 1);
-    cfg.blockDim = dim3(MM_GEMM_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    const int64_t max_ctiles = ((int64_t)p->rows_cap / (Cfg::BM * (kShareA ? 1 : 2)) + p->num_experts) *
-                               (p->n / (Cfg::BN * (kShareA ? 2 : 1)));
-    static int active_cache = 0; /* per instantiation of launch_cfg */
-    const int active = max_active_clusters(&active_cache, kernel, &cfg, sms);
-    const int clusters = (int)(max_ctiles < active ? max_ctiles : active);
-    cfg.gridDim = dim3(2u * (unsigned)(clusters > 0 ? clusters : 1), 1, 1);
-    err = cudaLaunchKernelEx(&cfg, kernel, tm_a, tm_b, tm_sfa, tm_d, args);
-    if (err != cudaSuccess)
-      return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: cluster launch (tile %dx%d, grid %u, smem %u): %s", Cfg::BM,
-                     Cfg::BN, cfg.gridDim.x, smem, cudaGetErrorString(err));
   }
   err = cudaGetLastError();
   if (err != cudaSuccess)
@@ -206,14 +131,14 @@ megamoe_status launch_cfg(const mm_gemm_problem* p, const mm_gemm_dev_args& args
 template <class Cfg, int kVariant>
 megamoe_status launch_out(const mm_gemm_problem* p, mm_gemm_output out, const mm_gemm_dev_args& args,
                           cudaStream_t stream) {
-  constexpr int kV = variant_no_tma(kVariant);
+  constexpr int kV = kVariant == VARIANT_SKEW_TMA ? VARIANT_SKEW : kVariant;
   switch (out) {
     case MM_GEMM_OUT_F32: return launch_cfg<Cfg, MM_GEMM_OUT_KIND_F32, kV>(p, args, stream);
     case MM_GEMM_OUT_BF16:
-      if constexpr (variant_tma_store(kVariant)) {
+      if constexpr (kVariant == VARIANT_SKEW_TMA) {
         if (aligned(args.d, 16)) {
           using CfgT = mm_gemm_cfg<Cfg::BM, Cfg::BN, Cfg::kSplitN, Cfg::kPromo, Cfg::BM * Cfg::BN * 2>;
-          return launch_cfg<CfgT, MM_GEMM_OUT_KIND_BF16, kVariant>(p, args, stream);
+          return launch_cfg<CfgT, MM_GEMM_OUT_KIND_BF16, VARIANT_SKEW_TMA>(p, args, stream);
         }
       }
       return launch_cfg<Cfg, MM_GEMM_OUT_KIND_BF16, kV>(p, args, stream);
@@ -244,8 +169,6 @@ extern "C" const char* mm_gemm_tile_name(mm_gemm_tile tile) {
     case MM_GEMM_TILE_128x256_SKEW_TMA: return "128x256t";
     case MM_GEMM_TILE_256x128_SKEW_TMA: return "256x128t";
     case MM_GEMM_TILE_128x128_SKEW_TMA: return "128x128t";
-    case MM_GEMM_TILE_128x256_MC: return "128x256m";
-    case MM_GEMM_TILE_256x128_MC: return "256x128m";
     case MM_GEMM_TILE_COUNT: break;
   }
   return "?";
@@ -256,9 +179,7 @@ extern "C" int mm_gemm_tile_width(mm_gemm_tile tile) {
     case MM_GEMM_TILE_128x256:
     case MM_GEMM_TILE_64x256:
     case MM_GEMM_TILE_128x256_SKEW:
-    case MM_GEMM_TILE_128x256_SKEW_TMA:
-    case MM_GEMM_TILE_128x256_MC:
-    case MM_GEMM_TILE_256x128_MC: return 256; /* 256x128m: a cluster pairs two 128-column tiles */
+    case MM_GEMM_TILE_128x256_SKEW_TMA: return 256;
     case MM_GEMM_TILE_256x128:
     case MM_GEMM_TILE_128x128:
     case MM_GEMM_TILE_256x128_SKEW:
@@ -343,8 +264,7 @@ extern "C" megamoe_status mm_gemm_wgmma_tiled(const mm_gemm_problem* p, mm_gemm_
     return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm_wgmma: n = %d is not a multiple of the tile width %d (tile %s)",
                    p->n, bn, mm_gemm_tile_name(tile));
   if (out == MM_GEMM_OUT_SWIGLU_FP8 && swiglu->group == 128 && tile != MM_GEMM_TILE_128x256 &&
-      tile != MM_GEMM_TILE_128x256_SKEW && tile != MM_GEMM_TILE_128x256_SKEW_TMA &&
-      tile != MM_GEMM_TILE_128x256_MC)
+      tile != MM_GEMM_TILE_128x256_SKEW && tile != MM_GEMM_TILE_128x256_SKEW_TMA)
     return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: SwiGLU group 128 needs a 128x256 tile, not %s",
                    mm_gemm_tile_name(tile));
   if (p->num_experts > MM_GEMM_MAX_EXPERTS)
@@ -402,8 +322,6 @@ extern "C" megamoe_status mm_gemm_wgmma_tiled(const mm_gemm_problem* p, mm_gemm_
     case MM_GEMM_TILE_128x256_SKEW_TMA: return launch_tile<128, 256, false, VARIANT_SKEW_TMA>(p, out, args, stream);
     case MM_GEMM_TILE_256x128_SKEW_TMA: return launch_tile<256, 128, false, VARIANT_SKEW_TMA>(p, out, args, stream);
     case MM_GEMM_TILE_128x128_SKEW_TMA: return launch_tile<128, 128, false, VARIANT_SKEW_TMA>(p, out, args, stream);
-    case MM_GEMM_TILE_128x256_MC: return launch_tile<128, 256, false, VARIANT_CLUSTER_B_TMA>(p, out, args, stream);
-    case MM_GEMM_TILE_256x128_MC: return launch_tile<256, 128, false, VARIANT_CLUSTER_A_TMA>(p, out, args, stream);
     default: break;
   }
   return mm_fail(MEGAMOE_ERR_INTERNAL, "gemm_wgmma: unhandled tile %d", (int)tile);

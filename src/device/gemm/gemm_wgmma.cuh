@@ -29,9 +29,7 @@
  *   MM_GEMM_TILE_64x256   64 x 256 columns (128 each) 1 x 1  (decode sizes)
  *   ..._SKEW ("128x256s", "256x128s", "128x128s"): the same tiles, skewed
  *   schedule; ..._SKEW_TMA ("128x256t", "256x128t", "128x128t"): skewed plus
- *   the TMA-store bf16 epilogue (kStages 3, 3, 5);
- *   ..._MC ("128x256m", "256x128m"): the t tiles run by 2-CTA clusters that
- *   share one operand tile through TMA multicast (section at the end).
+ *   the TMA-store bf16 epilogue (kStages 3, 3, 5).
  * A wave whose 64 rows are all past the expert's count skips its wgmmas. The
  * K block is 128 (one 128-byte swizzle row of fp8 per tile row).
  *
@@ -91,10 +89,6 @@
  *                                           tile via stmatrix + TMA store
  *                                           (named barrier 3)
  *   mm_gemm_wgmma_skew_kernel<Cfg, kOut, kTmaStore>
- * 2-CTA clusters with TMA multicast (tiles *_MC; section at the end):
- *   mm_gemm_init_barriers_cluster, mm_gemm_sched_ctile, mm_gemm_produce_tile_mc,
- *   mm_gemm_produce_tail_cluster, mm_gemm_consume_tile_skew<Cfg, true>,
- *   mm_gemm_wgmma_cluster_kernel<Cfg, kOut, kTmaStore, kPairN>
  * A kernel of its own can use another shared-memory layout: the device
  * functions only need an mm_gemm_smem (stage and barrier addresses, the
  * scheduler arrays) and an mm_gemm_pipe per role, advanced identically.
@@ -145,17 +139,6 @@ typedef enum mm_gemm_tile {
   MM_GEMM_TILE_128x256_SKEW_TMA = 8, /* "128x256t" */
   MM_GEMM_TILE_256x128_SKEW_TMA = 9, /* "256x128t" */
   MM_GEMM_TILE_128x128_SKEW_TMA = 10, /* "128x128t" */
-  /* Skewed + TMA-store tiles run by 2-CTA thread-block clusters with TMA
-   * multicast of the operand the two CTAs share (section "2-CTA clusters"
-   * at the end of the device part): each CTA of the cluster loads half of
-   * the shared tile and multicasts it to both.
-   *   "128x256m": the two CTAs take adjacent m-tiles of one expert and the
-   *               same n-tile, sharing B (the weights); an expert with an odd
-   *               m-tile count gives the second CTA a tile with no rows.
-   *   "256x128m": the two CTAs take the same m-tile and adjacent n-tiles,
-   *               sharing A; n must be a multiple of 256 (tile width 256). */
-  MM_GEMM_TILE_128x256_MC = 11,       /* "128x256m" */
-  MM_GEMM_TILE_256x128_MC = 12,       /* "256x128m" */
   MM_GEMM_TILE_COUNT
 } mm_gemm_tile;
 
@@ -170,7 +153,7 @@ mm_gemm_tile mm_gemm_wgmma_pick_tile(const mm_gemm_problem* p, mm_gemm_output ou
                                      const mm_swiglu_epilogue* swiglu);
 
 /* mm_gemm_wgmma with a forced tile. SWIGLU_FP8 with group 128 needs a
- * 128x256 tile (MM_GEMM_TILE_128x256, _SKEW, _SKEW_TMA or _MC;
+ * 128x256 tile (MM_GEMM_TILE_128x256, _SKEW or _SKEW_TMA;
  * MEGAMOE_ERR_BAD_ARGUMENT otherwise). */
 megamoe_status mm_gemm_wgmma_tiled(const mm_gemm_problem* p, mm_gemm_output out, void* d,
                                    const mm_swiglu_epilogue* swiglu, mm_gemm_tile tile,
@@ -789,21 +772,7 @@ __device__ __forceinline__ void mm_gemm_turn_pass(int wg, uint32_t& turns, bool 
  * mm_gemm_consume_tile). turns: this warpgroup's chain count so far (0 at
  * the start of the kernel, carried across tiles). final_tile: this is the
  * CTA's last tile (the same value in both warpgroups). */
-/* Releases stage s of the ring (lane 0 of each math warp, once per stage):
- * an arrival on this CTA's empty barrier and, in a 2-CTA cluster
- * (kPeerRelease), one on the empty barrier of stage s of the peer CTA
- * (rank ^ 1, through mapa): the peer's producer multicasts its half of the
- * shared operand into this CTA's copy of the stage, so it must know this CTA
- * is done with it. Called after the wgmma reads of the stage completed
- * (wgmma.wait_group 0) and the A scales were read. */
-template <bool kPeerRelease>
-__device__ __forceinline__ void mm_gemm_release_stage(const mm_gemm_smem& sm, uint32_t s) {
-  mm_mbar_arrive(sm.empty + 8 * s);
-  if constexpr (kPeerRelease) mm_mbar_arrive_cluster(mm_mapa_shared(sm.empty + 8 * s, mm_cluster_ctarank() ^ 1u));
-}
-
-/* kPeerRelease: the kernel runs as 2-CTA clusters (mm_gemm_release_stage). */
-template <class Cfg, bool kPeerRelease = false>
+template <class Cfg>
 __device__ __forceinline__ void mm_gemm_consume_tile_skew(const mm_gemm_smem& sm, mm_gemm_pipe& pipe,
                                                           const mm_gemm_dev_args& args,
                                                           const mm_gemm_tile_info& ti, int wg, uint32_t& turns,
@@ -908,7 +877,7 @@ __device__ __forceinline__ void mm_gemm_consume_tile_skew(const mm_gemm_smem& sm
 #pragma unroll
             for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
             /* Every wgmma of this warp on stage s has completed. */
-            if (last && lane == 0) mm_gemm_release_stage<kPeerRelease>(sm, s);
+            if (last && lane == 0) mm_mbar_arrive(sm.empty + 8 * s);
             const float* c = sc[h][wm][wn];
             float* a = acc[wm * Cfg::kWN + wn];
 #pragma unroll
@@ -920,7 +889,7 @@ __device__ __forceinline__ void mm_gemm_consume_tile_skew(const mm_gemm_smem& sm
             /* A wave past the expert's count: its turn, no wgmmas. */
             mm_gemm_turn_wait(wg, turns);
             mm_gemm_turn_pass(wg, turns, skip_pass);
-            if (last && lane == 0) mm_gemm_release_stage<kPeerRelease>(sm, s);
+            if (last && lane == 0) mm_mbar_arrive(sm.empty + 8 * s);
           }
         }
       }
@@ -1037,240 +1006,6 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
         /* The staging area must stay valid until the last stores have read
          * it (the CTA's shared memory goes away at exit). Waited inside the
          * loop: code after the loop made ptxas cap the math registers. */
-        if (final_tile && tid == 0) mm_bulk_wait_group<0>();
-      } else if constexpr (kOut == MM_GEMM_OUT_KIND_SWIGLU) {
-        mm_gemm_epilogue_swiglu<Cfg>(args, ti, wg, acc);
-      } else {
-        mm_gemm_epilogue_store<Cfg, kOut == MM_GEMM_OUT_KIND_BF16>(args, ti, wg, acc);
-      }
-    }
-  }
-}
-
-/* ======================= 2-CTA clusters with TMA multicast =====================
- * Tiles MM_GEMM_TILE_*_MC. The skewed kernel (same math warpgroups, turn
- * protocol, epilogues, numerics) run by clusters of 2 CTAs (ranks 0, 1) whose
- * two tiles share one operand tile per K block:
- *   kPairN = false ("128x256m"): the same expert and n-tile, m-tiles 2 c and
- *     2 c + 1: they share B (BN x 128 per K block);
- *   kPairN = true  ("256x128m"): the same m-tile, n-tiles 2 c and 2 c + 1:
- *     they share A (BM x 128 per K block) and so have the same valid rows.
- * Each CTA's producer loads half of the shared tile (rows [r H, r H + H) of
- * it, H = half the tile's rows, r its rank) with one multicast TMA load to
- * both CTAs (cta mask 0b11; the half lands at the same offset in both), and
- * its own A or B tile and A scales with plain loads. The launcher makes the
- * shared operand's tensor map with an H-row box.
- *
- * ---- Cluster scheduler ----
- * The scheduler (mm_gemm_sched_build / mm_gemm_sched_ctile) counts cluster
- * tiles: (2 BM) x BN (kPairN false) or BM x (2 BN) (kPairN true), with the
- * same expert grouping as above (m fastest inside groups of 2048 rows).
- * Cluster c (%clusterid.x) takes cluster tiles c, c + %nclusterid.x, ...;
- * both CTAs decode the same cluster tile and pick their half by rank. So both
- * CTAs walk the same number of tiles, each of k / 128 K blocks: their rings
- * advance in lockstep, load for load, which the multicast needs (load j of
- * one CTA fills the same stage, same phase, as load j of the other). An
- * expert whose valid rows fill an odd number of m-tiles (kPairN false) gives
- * rank 1 of its last cluster tile a tile with rows = 0: that CTA still runs
- * every K block (its producer loads and multicasts its half of B; its own A
- * and A-scale loads read pool row 0, in bounds, never used), its math
- * warpgroups skip every wave (turns and stage releases only) and its
- * epilogue writes nothing.
- *
- * ---- Barrier protocol (differences from the single-CTA ring) ----
- *   full[s]:  count 1, expect_tx(kTxBytes) by the CTA's own producer, as
- *             before: the bytes that land in this CTA per K block are the
- *             same (own non-shared tile + own half + peer's half + scales).
- *             The peer's half may land before the own producer's
- *             expect_tx (the tx-count goes below zero for a while); the phase
- *             cannot complete before that arrival, whose count is pending.
- *   empty[s]: count 16: lane 0 of each of the 8 math warps of BOTH CTAs
- *             (mm_gemm_release_stage arrives on stage s of its own CTA and,
- *             through a mapa address, of the peer). A producer refills
- *             stage s (writing into both CTAs) only after the consumers of
- *             both CTAs released it. The semantics are CUTLASS's for
- *             multicast pipelines (default release.cta arrive, plain wait):
- *             the releases follow completed wgmma reads (see
- *             mm_mbar_arrive_cluster).
- *   No wait cycle: load j into stage s needs the release of load j - S in
- *   both CTAs, which needs load j - S complete in both, which needs (in each
- *   CTA) both producers to have issued load j - S: induction on j.
- *   Start: barrier init + fence.mbarrier_init.release.cluster, then a
- *   cluster barrier (arrive.release / wait.acquire, all threads of both
- *   CTAs) before any TMA or remote arrival.
- *   End: no CTA may exit while the peer can still arrive on its barriers or
- *   multicast into its shared memory. Every byte multicast into a CTA is
- *   waited for by its own consumers (full barriers, same load count), and
- *   the producer thread of each CTA, after its last load, waits for the
- *   release of the last kStages loads on its own empty barriers (the
- *   "producer tail"), so every arrival of the peer's consumers on this CTA
- *   has happened before the producer thread, and so the CTA, exits. No
- *   cluster barrier is needed after the role branches (code there made
- *   ptxas cap the math registers, see above).
- * Grid: an even number of CTAs, 2 x min(max active clusters, cluster tiles);
- * launched with cudaLaunchKernelEx and a cluster dimension (2, 1, 1). */
-
-/* One thread; a cluster barrier must follow before any use. */
-template <class Cfg>
-__device__ __forceinline__ void mm_gemm_init_barriers_cluster(const mm_gemm_smem& sm) {
-#pragma unroll
-  for (int s = 0; s < Cfg::kStages; ++s) {
-    mm_mbar_init(sm.full + 8 * s, 1);
-    mm_mbar_init(sm.empty + 8 * s, 16);
-  }
-  mm_fence_mbar_init();
-}
-
-/* Decodes cluster tile t (< tile_start[E] of a table built with bm = BM *
- * (kPairN ? 1 : 2) and tiles_n = ctiles_n = n / (BN * (kPairN ? 2 : 1)))
- * into the tile of CTA `rank`. rows may be 0 (kPairN false only). */
-template <class Cfg, bool kPairN>
-__device__ __forceinline__ mm_gemm_tile_info mm_gemm_sched_ctile(const mm_gemm_sched& s, int t, int& cursor,
-                                                                  int ctiles_n, uint32_t rank) {
-  constexpr int kCBM = kPairN ? Cfg::BM : 2 * Cfg::BM; /* rows of a cluster tile */
-  constexpr int kCGroup = MM_GEMM_GROUP_ROWS / kCBM;   /* cluster m-tiles per group */
-  static_assert(kCGroup >= 1, "cluster group");
-  while (t >= s.tile_start[cursor + 1]) ++cursor;
-  const int e = cursor;
-  const int local = t - s.tile_start[e];
-  const int v = s.valid[e];
-  const int cmt = (v + kCBM - 1) / kCBM;
-  const int per_group = kCGroup * ctiles_n;
-  const int g = local / per_group;
-  const int gsz = min(kCGroup, cmt - g * kCGroup);
-  const int r = local - g * per_group;
-  const int cn = r / gsz;
-  const int cm = g * kCGroup + (r - cn * gsz);
-  const int m_t = kPairN ? cm : 2 * cm + (int)rank;
-  const int n_t = kPairN ? 2 * cn + (int)rank : cn;
-  mm_gemm_tile_info ti;
-  ti.expert = e;
-  ti.row0 = s.row_off[e] + m_t * Cfg::BM;
-  ti.rows = max(0, min(Cfg::BM, v - m_t * Cfg::BM));
-  ti.n0 = n_t * Cfg::BN;
-  return ti;
-}
-
-/* Producer thread of a 2-CTA cluster: the K loop of one tile (as
- * mm_gemm_produce_tile). The shared operand's map (tm_a if kPairN, else
- * tm_b) has a box of half the tile's rows. */
-template <class Cfg, bool kPairN>
-__device__ __forceinline__ void mm_gemm_produce_tile_mc(const mm_gemm_smem& sm, mm_gemm_pipe& pipe,
-                                                        const CUtensorMap* tm_a, const CUtensorMap* tm_b,
-                                                        const CUtensorMap* tm_sfa, const mm_gemm_tile_info& ti,
-                                                        int n, int kblocks, int rows_cap, uint32_t rank) {
-  constexpr uint16_t kBoth = 3;
-  /* A tile with no valid rows (rank 1, kPairN false) loads pool row 0's
-   * block instead of rows past the pool: in bounds, same byte count, unused. */
-  const int a_row = ti.rows > 0 ? ti.row0 : 0;
-  const int b_row = ti.expert * n + ti.n0;
-  /* kPairN: this CTA's half of A. A half that starts at or past the end of
-   * the pool (the second half of the last m-tile) would be a box wholly out
-   * of bounds; it loads the first half's rows instead (in bounds, same byte
-   * count): its rows are all past the expert's count, so the waves that
-   * cover them are skipped. Partly out-of-bounds boxes are zero-filled by
-   * the copy engine, as in the single-CTA tiles. */
-  int a_half_row = a_row + (int)rank * (Cfg::BM / 2);
-  if (a_half_row >= rows_cap) a_half_row = a_row;
-  for (int kb = 0; kb < kblocks; ++kb) {
-    const uint32_t s = pipe.stage;
-    mm_mbar_wait(sm.empty + 8 * s, pipe.phase ^ 1u);
-    const uint32_t full = sm.full + 8 * s;
-    mm_mbar_arrive_expect_tx(full, Cfg::kTxBytes);
-    if constexpr (kPairN) {
-      constexpr int kHalf = Cfg::BM / 2;
-      mm_tma_load_2d_multicast(sm.a + s * Cfg::kStageA + rank * (uint32_t)(kHalf * MM_GEMM_BLOCK_K), tm_a, full,
-                               kb * MM_GEMM_BLOCK_K, a_half_row, kBoth);
-      mm_tma_load_2d(sm.b + s * Cfg::kStageB, tm_b, full, kb * MM_GEMM_BLOCK_K, b_row);
-    } else {
-      constexpr int kHalf = Cfg::BN / 2;
-      mm_tma_load_2d(sm.a + s * Cfg::kStageA, tm_a, full, kb * MM_GEMM_BLOCK_K, a_row);
-      mm_tma_load_2d_multicast(sm.b + s * Cfg::kStageB + rank * (uint32_t)(kHalf * MM_GEMM_BLOCK_K), tm_b, full,
-                               kb * MM_GEMM_BLOCK_K, b_row + (int)rank * kHalf, kBoth);
-    }
-    mm_tma_load_2d(sm.sf + s * Cfg::kStageSF, tm_sfa, full, a_row, kb * Cfg::kPromo);
-    mm_gemm_pipe_advance<Cfg>(pipe);
-  }
-}
-
-/* Producer thread, after its last tile: waits until the consumers of both
- * CTAs released the last kStages loads (a stage never loaded passes at once:
- * parity 1 of a fresh barrier). Afterwards no arrival on this CTA's
- * barriers is outstanding. */
-template <class Cfg>
-__device__ __forceinline__ void mm_gemm_produce_tail_cluster(const mm_gemm_smem& sm, mm_gemm_pipe& pipe) {
-  for (int i = 0; i < Cfg::kStages; ++i) {
-    mm_mbar_wait(sm.empty + 8 * pipe.stage, pipe.phase ^ 1u);
-    mm_gemm_pipe_advance<Cfg>(pipe);
-  }
-}
-
-/* The whole persistent kernel run by 2-CTA clusters (launch with cluster
- * dimension (2, 1, 1), an even grid). kTmaStore as in
- * mm_gemm_wgmma_skew_kernel. */
-template <class Cfg, int kOut, bool kTmaStore, bool kPairN>
-__global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
-    mm_gemm_wgmma_cluster_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                                 const __grid_constant__ CUtensorMap tm_sfa,
-                                 const __grid_constant__ CUtensorMap tm_d, const mm_gemm_dev_args args) {
-  static_assert(!kTmaStore || kOut == MM_GEMM_OUT_KIND_BF16, "TMA-store epilogue: bf16 only");
-  static_assert(!kTmaStore || Cfg::kEpiSmem > 0, "TMA-store epilogue needs the staging area");
-  static_assert(!Cfg::kSplitN, "skewed schedule: row-split tiles only");
-  static_assert((Cfg::BM / 2) % 8 == 0 && (Cfg::BN / 2) % 8 == 0 && (Cfg::BM / 2) * 128 % 1024 == 0 &&
-                    (Cfg::BN / 2) * 128 % 1024 == 0,
-                "multicast halves must keep the 1024-byte swizzle atoms");
-  extern __shared__ uint8_t mm_gemm_smem_raw[];
-  const mm_gemm_smem sm = mm_gemm_smem_carve<Cfg>(mm_gemm_smem_raw, args.num_experts);
-  const int tid = threadIdx.x;
-  const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
-  const int lane = tid & 31;
-  const int ctiles_n = args.n / (Cfg::BN * (kPairN ? 2 : 1));
-  const int kblocks = args.k / MM_GEMM_BLOCK_K;
-  const uint32_t rank = mm_cluster_ctarank();
-  const int cluster = (int)mm_cluster_id_x();
-  const int nclusters = (int)mm_cluster_count_x();
-
-  if (tid == 256) {
-    mm_tma_prefetch_map(&tm_a);
-    mm_tma_prefetch_map(&tm_b);
-    mm_tma_prefetch_map(&tm_sfa);
-    if (kTmaStore) mm_tma_prefetch_map(&tm_d);
-    mm_gemm_init_barriers_cluster<Cfg>(sm);
-  }
-  mm_gemm_sched_build(sm.sched, args, Cfg::BM * (kPairN ? 1 : 2), ctiles_n, tid, MM_GEMM_THREADS);
-  __syncthreads();
-  /* Both CTAs' barriers are initialized before either multicasts or arrives
-   * remotely. */
-  mm_cluster_arrive();
-  mm_cluster_wait();
-  const int total = sm.sched.tile_start[args.num_experts];
-
-  if (warp >= 8) {
-    mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
-    if (warp == 8 && lane == 0) {
-      mm_gemm_pipe pipe = {0u, 0u};
-      int cursor = 0;
-      for (int t = cluster; t < total; t += nclusters) {
-        const mm_gemm_tile_info ti = mm_gemm_sched_ctile<Cfg, kPairN>(sm.sched, t, cursor, ctiles_n, rank);
-        mm_gemm_produce_tile_mc<Cfg, kPairN>(sm, pipe, &tm_a, &tm_b, &tm_sfa, ti, args.n, kblocks, args.rows_cap,
-                                              rank);
-      }
-      mm_gemm_produce_tail_cluster<Cfg>(sm, pipe);
-    }
-  } else {
-    mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
-    const int wg = warp >> 2;
-    mm_gemm_pipe pipe = {0u, 0u};
-    int cursor = 0;
-    uint32_t turns = 0;
-    for (int t = cluster; t < total; t += nclusters) {
-      const mm_gemm_tile_info ti = mm_gemm_sched_ctile<Cfg, kPairN>(sm.sched, t, cursor, ctiles_n, rank);
-      const bool final_tile = t + nclusters >= total;
-      float acc[Cfg::kWaves][64];
-      mm_gemm_consume_tile_skew<Cfg, true>(sm, pipe, args, ti, wg, turns, final_tile, acc);
-      if constexpr (kTmaStore) {
-        if (ti.rows == Cfg::BM) mm_gemm_epilogue_tma_bf16<Cfg>(sm, &tm_d, ti, wg, acc);
-        else mm_gemm_epilogue_store<Cfg, true>(args, ti, wg, acc);
         if (final_tile && tid == 0) mm_bulk_wait_group<0>();
       } else if constexpr (kOut == MM_GEMM_OUT_KIND_SWIGLU) {
         mm_gemm_epilogue_swiglu<Cfg>(args, ti, wg, acc);

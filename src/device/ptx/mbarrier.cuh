@@ -1,4 +1,4 @@
-/* mbarrier wrappers (PTX ISA "mbarrier"), shared::cta, plus the cluster forms at the end.
+/* mbarrier wrappers (PTX ISA "mbarrier"), shared::cta only.
  *
  * Every function takes the barrier as a 32-bit shared-window address
  * (mm_smem_addr). Arrivals have the default .release.cta semantics and the
@@ -83,29 +83,6 @@ MM_PTX_DEVICE void mm_mbar_wait(uint32_t bar, uint32_t parity) {
   while (!mm_mbar_try_wait(bar, parity)) {
   }
 #endif
-}
-
-/* ---- Cluster forms (2-CTA clusters with TMA multicast, gemm_wgmma.cuh) ----
- * A barrier of the peer CTA is addressed through the shared::cluster window:
- * mm_mapa_shared maps a shared-window address of this CTA to the address of
- * the same offset in CTA `rank` of the cluster (its own rank gives its own
- * location). */
-MM_PTX_DEVICE uint32_t mm_mapa_shared(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-
-/* One arrival on a barrier given by its shared::cluster address (this CTA's
- * or a peer's), default semantics (release, scope cta), as CUTLASS's
- * ClusterBarrier::arrive(cta_id) does. Used for "this CTA is done reading
- * stage s" where the reads were wgmma operand reads that wgmma.wait_group
- * completed before the arrive: the waiter's subsequent TMA writes cannot
- * affect reads that already completed. (.release.cluster here makes ptxas
- * put a MEMBAR.ALL.GPU before every arrival, and the matching
- * try_wait.acquire.cluster a CCTL.IVALL after every wait.) */
-MM_PTX_DEVICE void mm_mbar_arrive_cluster(uint32_t cluster_bar) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
 }
 
 #endif

@@ -60,29 +60,4 @@ MM_PTX_DEVICE void mm_setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
 
-/* ---- Thread-block clusters (PTX ISA "barrier.cluster", special registers) ----
- * Cluster barrier: every thread of every CTA of the cluster arrives (release)
- * and then waits (acquire); used once at kernel start so that the peer's
- * mbarriers are initialized before any multicast or remote arrival. */
-MM_PTX_DEVICE void mm_cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
-MM_PTX_DEVICE void mm_cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
-
-/* Rank of this CTA in its cluster, the cluster's index along x in the grid
- * of clusters, and the number of clusters along x. */
-MM_PTX_DEVICE uint32_t mm_cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-MM_PTX_DEVICE uint32_t mm_cluster_id_x() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-  return r;
-}
-MM_PTX_DEVICE uint32_t mm_cluster_count_x() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
-  return r;
-}
-
 #endif

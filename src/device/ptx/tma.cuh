@@ -47,21 +47,6 @@ MM_PTX_DEVICE void mm_tma_load_2d_hint(uint32_t smem_dst, const CUtensorMap* map
       : "memory");
 }
 
-/* 2D tile load multicast to the CTAs of the cluster named in cta_mask (bit
- * r: CTA rank r): the box lands at the same shared-window offset smem_dst in
- * every CTA of the mask, and each of them gets the complete_tx of the box's
- * bytes on its own mbarrier at the same offset as bar. sm_90a. The cluster
- * must have been launched with every destination CTA alive and its barrier
- * initialized (cluster barrier after fence.mbarrier_init.release.cluster). */
-MM_PTX_DEVICE void mm_tma_load_2d_multicast(uint32_t smem_dst, const CUtensorMap* map, uint32_t bar,
-                                            int32_t c0, int32_t c1, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_dst),
-      "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
-      : "memory");
-}
-
 /* 2D tile store (bulk-group completion): the box at element coordinates
  * (c0, c1) of map is written from shared memory at smem_src (shared-window
  * address, 1024-byte aligned for the 128-byte swizzle). Parts of the box
