@@ -58,8 +58,7 @@ enum mm_wait_site {
   MM_SITE_BARRIER_DISPATCH = 1, /* after routing was published, before the pull */
   MM_SITE_BARRIER_COMBINE = 2,  /* after the combine push, before the reduction */
   MM_SITE_ROUTE = 3,
-  MM_SITE_DISPATCH = 4,
-  MM_SITE_REDUCE = 5
+  MM_SITE_DISPATCH = 4
 };
 
 /* Arguments of one grouped block-scaled FP8 GEMM over the expert-major pool:

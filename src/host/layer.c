@@ -345,8 +345,6 @@ megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
 
   mm_forward_view f;
   memset(&f, 0, sizeof f);
-  f.x = (const uint8_t*)stage_x;
-  f.x_sf = stage_sf;
   f.topk_idx = a->topk_idx;
   f.topk_idx_int64 = a->topk_idx_type == MEGAMOE_INDEX_INT64;
   f.topk_w = a->topk_w;
@@ -361,7 +359,6 @@ static const char* site_name(int site) {
     case MM_SITE_BARRIER_COMBINE: return "the combine barrier";
     case MM_SITE_ROUTE: return "routing";
     case MM_SITE_DISPATCH: return "dispatch";
-    case MM_SITE_REDUCE: return "reduce";
   }
   return "an unknown site";
 }

@@ -182,40 +182,11 @@ cudaError_t launch(const mm_gemm_problem& p, mm_gemm_output out, void* d,
   return cudaGetLastError();
 }
 
-megamoe_status check_simple(const mm_gemm_problem* p, mm_gemm_output out, const void* d,
-                            const mm_swiglu_epilogue* sw) {
-  MM_CHECK_NULL(p, "problem");
-  if (!p->a || !p->a_sf || !p->b || !p->b_sf || !p->expert_offset || !p->expert_count)
-    return mm_fail(MEGAMOE_ERR_NULL_POINTER, "gemm problem: an operand pointer is NULL");
-  if (p->num_experts < 1 || p->rows_cap <= 0 || p->rows_cap % MM_POOL_ROW_ALIGN)
-    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: num_experts %d / rows_cap %d",
-                   p->num_experts, p->rows_cap);
-  if (p->n <= 0 || p->n % 128 || p->k <= 0 || p->k % 128)
-    return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm problem: n = %d, k = %d must be multiples of 128",
-                   p->n, p->k);
-  if ((p->a_sf_block != 64 && p->a_sf_block != 128) ||
-      (p->b_sf_block_n != 64 && p->b_sf_block_n != 128))
-    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: a_sf_block %d / b_sf_block_n %d",
-                   p->a_sf_block, p->b_sf_block_n);
-  if (out == MM_GEMM_OUT_SWIGLU_FP8) {
-    MM_CHECK_NULL(sw, "swiglu epilogue");
-    if (!sw->row_weight || !sw->out || !sw->out_sf)
-      return mm_fail(MEGAMOE_ERR_NULL_POINTER, "swiglu epilogue: a pointer is NULL");
-    if ((sw->group != 64 && sw->group != 128) || (p->n / 2) % sw->group)
-      return mm_fail(MEGAMOE_ERR_BAD_QUANT_GROUP, "swiglu epilogue: group %d", sw->group);
-  } else if (out == MM_GEMM_OUT_F32 || out == MM_GEMM_OUT_BF16) {
-    MM_CHECK_NULL(d, "d");
-  } else {
-    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm output kind %d", (int)out);
-  }
-  return MEGAMOE_OK;
-}
-
 }  // namespace
 
 extern "C" megamoe_status mm_gemm_simple(const mm_gemm_problem* p, mm_gemm_output out, void* d,
                                          const mm_swiglu_epilogue* swiglu, cudaStream_t stream) {
-  MM_TRY(check_simple(p, out, d, swiglu));
+  MM_TRY(mm_gemm_check(p, out, d, swiglu));
   mm_swiglu_epilogue sw{};
   if (swiglu) sw = *swiglu;
   cudaError_t err;

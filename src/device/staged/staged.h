@@ -46,10 +46,9 @@ typedef struct mm_layer_view {
   int32_t fill_blocks;               /* grid of the grid-stride kernels: 4 per SM */
 } mm_layer_view;
 
-/* One forward's inputs. */
+/* One forward's inputs. x and x_sf are not here: the kernels read every
+ * rank's tokens from its symmetric staging region (MM_SYM_INPUT_X*). */
 typedef struct mm_forward_view {
-  const uint8_t* x;
-  const float* x_sf;
   const void* topk_idx;
   int32_t topk_idx_int64;
   const float* topk_w;
