@@ -16,6 +16,71 @@ extern "C" {
 /* Scale block of the inputs x and of the weights (DESIGN.md section 1). */
 #define MM_SCALE_BLOCK 128
 
+/* Ranks of one NVLink node (megamoe.h's MEGAMOE_MAX_RANKS, repeated here so
+ * this header needs no CUDA or NCCL header). */
+#define MM_MAX_RANKS 8
+
+/* ---- Buffer regions ------------------------------------------------------
+ * The layer's memory is two allocations per rank: the symmetric buffer
+ * (NCCL window, read and written by peers over NVLink) and the workspace
+ * (plain device memory). host/layout.c computes every region's offset; the
+ * kernels address region `id` at base + offset[id]. */
+typedef enum mm_region_id {
+  /* symmetric */
+  MM_SYM_FLAGS = 0,      /* [MM_MAX_RANKS] u64 barrier flags, slot p written by peer p */
+  MM_SYM_INPUT_X,        /* [T_max, H] fp8: this rank's tokens, pulled by the expert ranks */
+  MM_SYM_INPUT_X_SF,     /* [T_max, H/128] fp32 */
+  MM_SYM_ROUTE_COUNTS,   /* [R][E_l] i32: rows source rank s routes to each local expert */
+  MM_SYM_ROUTE_ENTRIES,  /* [R][T_max*K] mm_route_entry, written by source rank s */
+  MM_SYM_COMBINE,        /* [K][T_max][H] bf16: expert outputs pushed back to this source rank */
+  /* workspace */
+  MM_WS_STATUS,          /* mm_device_status */
+  MM_WS_EPOCH,           /* u64 forwards so far, counted on the device (graph replays count too) */
+  MM_WS_PEERS,           /* [MM_MAX_RANKS] peer base pointers of the symmetric buffer */
+  MM_WS_EXPERT_TOKENS,   /* [E] i32: routed slots of this rank's tokens per global expert */
+  MM_WS_POOL_OFFSET,     /* [E_l + 1] i32: first pool row of each local expert */
+  MM_WS_POOL_COUNT,      /* [E_l] i32: valid rows of each local expert */
+  MM_WS_ROUTE_BASE,      /* [R][E_l] i32: first entry of (source, local expert) in the source's list */
+  MM_WS_POOL_SRC_START,  /* [E_l][R] i32: first pool row of (local expert, source) */
+  MM_WS_POOL_ROWS,       /* [P] mm_pool_row */
+  MM_WS_POOL_WEIGHT,     /* [P] fp32 routing weight of each pool row */
+  MM_WS_POOL_X,          /* [P, H] fp8 */
+  MM_WS_POOL_X_SF,       /* [H/128][P] fp32 (K-block-major) */
+  MM_WS_L1_ACC,          /* [P, 2I] fp32 (staged arm: L1 output before SwiGLU) */
+  MM_WS_L1_OUT,          /* [P, I] fp8 */
+  MM_WS_L1_OUT_SF,       /* [I/G][P] fp32 */
+  MM_WS_L2_OUT,          /* [P, H] bf16 (staged arm: L2 output before the combine push) */
+  MM_REGION_COUNT
+} mm_region_id;
+
+/* The first workspace region: ids below it are symmetric. */
+#define MM_FIRST_WORKSPACE_REGION MM_WS_STATUS
+
+/* Everything a kernel of the layer needs, passed by value (host/layer.c
+ * builds it once at create). */
+typedef struct mm_layer_view {
+  int32_t rank, num_ranks;
+  int32_t hidden, intermediate, num_experts, local_experts, top_k, quant_group;
+  int32_t max_tokens, pool_rows;
+  int32_t has_clamp;
+  float clamp;
+  uint8_t* ws;                       /* local workspace base */
+  uint8_t* peer_sym[MM_MAX_RANKS];   /* symmetric buffer base of each rank (own included) */
+  uint64_t offset[MM_REGION_COUNT];  /* region offsets in their space */
+  uint64_t timeout_ns;
+  int32_t fill_blocks;               /* grid of the grid-stride kernels: 4 per SM */
+} mm_layer_view;
+
+/* One forward's inputs. x and x_sf are not here: the kernels read every
+ * rank's tokens from its symmetric staging region (MM_SYM_INPUT_X*). */
+typedef struct mm_forward_view {
+  const void* topk_idx;
+  int32_t topk_idx_int64;
+  const float* topk_w;
+  int32_t num_tokens;
+  uint16_t* y;
+} mm_forward_view;
+
 /* Metadata of one pool row: where its token lives. Padding rows have
  * src_rank = -1. token_slot = t * K + k on the source rank. */
 typedef struct mm_pool_row {

@@ -79,6 +79,54 @@ MM_DEVICE uint64_t mm_globaltimer_ns() {
   return t;
 }
 
+/* ---- Block and warp helpers --------------------------------------------- */
+/* Exclusive prefix sum of one value per thread over a block of up to 1024
+ * threads (blockDim.x a multiple of 32). Returns the exclusive prefix and
+ * writes the block total. `scratch` holds 32 ints. Ends with a barrier. */
+MM_DEVICE int mm_block_exclusive_scan(int v, int* scratch, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  int inc = v;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    int n = __shfl_up_sync(0xffffffffu, inc, d);
+    if (lane >= d) inc += n;
+  }
+  if (lane == 31) scratch[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int w = lane < warps ? scratch[lane] : 0;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      int n = __shfl_up_sync(0xffffffffu, w, d);
+      if (lane >= d) w += n;
+    }
+    scratch[lane] = w; /* inclusive prefix of warp totals */
+  }
+  __syncthreads();
+  const int warp_base = warp > 0 ? scratch[warp - 1] : 0;
+  *total = scratch[warps - 1];
+  __syncthreads();
+  return warp_base + inc - v;
+}
+
+/* Copies n bytes (multiple of 16, both 16-byte aligned) with one warp,
+ * keeping several 16-byte loads in flight before the stores. */
+MM_DEVICE void mm_warp_copy16(uint8_t* dst, const uint8_t* src, int64_t n) {
+  const int lane = threadIdx.x & 31;
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  const int64_t words = n / 16;
+  int64_t i = lane;
+  for (; i + 3 * 32 < words; i += 4 * 32) {
+    uint4 a = s[i], b = s[i + 32], c = s[i + 64], e = s[i + 96];
+    d[i] = a;
+    d[i + 32] = b;
+    d[i + 64] = c;
+    d[i + 96] = e;
+  }
+  for (; i < words; i += 32) d[i] = s[i];
+}
+
 template <typename T>
 MM_DEVICE T* mm_offset(void* base, uint64_t offset) {
   return reinterpret_cast<T*>(reinterpret_cast<char*>(base) + offset);

@@ -3,7 +3,7 @@
  * alternating) with one scale per 64-row chunk, so every 128-wide column tile
  * of the L1 GEMM holds matching gate/up pairs. W2 keeps its layout. */
 #include "common.cuh"
-#include "staged/staged.h"
+#include "weights.h"
 
 extern "C" {
 #include "host/errors.h"

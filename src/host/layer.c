@@ -5,7 +5,9 @@
 
 #include "contract.h"
 #include "device/gemm/gemm.h"
-#include "device/staged/staged.h"
+#include "device/comm/peers.h"
+#include "device/weights.h"
+#include "staged_forward.h"
 #include "errors.h"
 #include "layout.h"
 #include "megamoe.h"
@@ -233,7 +235,7 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
     return mm_fail(agreed, "%s", msg);
   }
 
-  uint8_t* peers[MEGAMOE_MAX_RANKS] = {0};
+  uint8_t* peers[MM_MAX_RANKS] = {0};
   if (num_ranks == 1) {
     peers[0] = (uint8_t*)l->symmetric;
     build_view(l, peers);

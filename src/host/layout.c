@@ -7,6 +7,8 @@
 #include "contract.h"
 #include "errors.h"
 
+_Static_assert(MM_MAX_RANKS == MEGAMOE_MAX_RANKS, "contract.h and megamoe.h disagree on the rank limit");
+
 typedef struct size_calc {
   int overflow;
 } size_calc;
@@ -122,7 +124,7 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   for (int id = 0; id < MM_REGION_COUNT; ++id) {
     mm_region* r = &out->regions[id];
     r->name = region_names[id];
-    r->space = id <= MM_SYM_COMBINE ? MM_SPACE_SYMMETRIC : MM_SPACE_WORKSPACE;
+    r->space = id < MM_FIRST_WORKSPACE_REGION ? MM_SPACE_SYMMETRIC : MM_SPACE_WORKSPACE;
     r->align = MM_REGION_ALIGN;
     r->bytes = bytes[id];
     r->offset = round_up(&s, cursor[r->space], r->align);

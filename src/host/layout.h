@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "contract.h"
 #include "megamoe.h"
 
 #ifdef __cplusplus
@@ -16,34 +17,6 @@ extern "C" {
 
 typedef enum mm_space { MM_SPACE_SYMMETRIC = 0, MM_SPACE_WORKSPACE = 1 } mm_space;
 
-/* Region ids. Symmetric regions are read or written by peers over NVLink. */
-typedef enum mm_region_id {
-  /* symmetric */
-  MM_SYM_FLAGS = 0,      /* [MEGAMOE_MAX_RANKS] u64 barrier flags, slot p written by peer p */
-  MM_SYM_INPUT_X,        /* [T_max, H] fp8: this rank's tokens, pulled by the expert ranks */
-  MM_SYM_INPUT_X_SF,     /* [T_max, H/128] fp32 */
-  MM_SYM_ROUTE_COUNTS,   /* [R][E_l] i32: rows source rank s routes to each local expert */
-  MM_SYM_ROUTE_ENTRIES,  /* [R][T_max*K] mm_route_entry, written by source rank s */
-  MM_SYM_COMBINE,        /* [K][T_max][H] bf16: expert outputs pushed back to this source rank */
-  /* workspace */
-  MM_WS_STATUS,          /* mm_device_status */
-  MM_WS_EPOCH,           /* u64 forwards so far, counted on the device (graph replays count too) */
-  MM_WS_PEERS,           /* [MEGAMOE_MAX_RANKS] peer base pointers of the symmetric buffer */
-  MM_WS_EXPERT_TOKENS,   /* [E] i32: routed slots of this rank's tokens per global expert */
-  MM_WS_POOL_OFFSET,     /* [E_l + 1] i32: first pool row of each local expert */
-  MM_WS_POOL_COUNT,      /* [E_l] i32: valid rows of each local expert */
-  MM_WS_ROUTE_BASE,      /* [R][E_l] i32: first entry of (source, local expert) in the source's list */
-  MM_WS_POOL_SRC_START,  /* [E_l][R] i32: first pool row of (local expert, source) */
-  MM_WS_POOL_ROWS,       /* [P] mm_pool_row */
-  MM_WS_POOL_WEIGHT,     /* [P] fp32 routing weight of each pool row */
-  MM_WS_POOL_X,          /* [P, H] fp8 */
-  MM_WS_POOL_X_SF,       /* [H/128][P] fp32 (K-block-major) */
-  MM_WS_L1_ACC,          /* [P, 2I] fp32 (staged arm: L1 output before SwiGLU) */
-  MM_WS_L1_OUT,          /* [P, I] fp8 */
-  MM_WS_L1_OUT_SF,       /* [I/G][P] fp32 */
-  MM_WS_L2_OUT,          /* [P, H] bf16 (staged arm: L2 output before the combine push) */
-  MM_REGION_COUNT
-} mm_region_id;
 
 typedef struct mm_region {
   const char* name;

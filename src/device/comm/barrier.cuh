@@ -12,7 +12,7 @@
 #define MEGAMOE_COMM_BARRIER_CUH
 
 #include "common.cuh"
-#include "staged/staged.h"
+#include "view.cuh"
 
 MM_DEVICE uint64_t* mm_flag_slot(const mm_layer_view& L, int owner, int writer) {
   return reinterpret_cast<uint64_t*>(L.peer_sym[owner] + L.offset[MM_SYM_FLAGS]) + writer;

@@ -4,7 +4,7 @@
 #include <nccl_device.h>
 
 #include "common.cuh"
-#include "staged/staged.h"
+#include "comm/peers.h"
 
 extern "C" {
 #include "host/errors.h"

@@ -1,8 +1,8 @@
 /* Combine: push each expert output row to its source rank's slot [k][t]
  * (over NVLink for a peer), then, after the barrier, reduce the K slots of
  * every token in slot order. */
-#include "staged/staged_common.cuh"
-#include "staged/staged_kernels.cuh"
+#include "staged/staged.h"
+#include "view.cuh"
 
 __global__ void __launch_bounds__(256) mm_combine_push_kernel(mm_layer_view L) {
   if (mm_failed(mm_status(L))) return;
@@ -23,7 +23,8 @@ __global__ void __launch_bounds__(256) mm_combine_push_kernel(mm_layer_view L) {
   }
 }
 
-void mm_combine_push_launch(const mm_layer_view& L, cudaStream_t stream) {
+extern "C" void mm_combine_push_launch(const mm_layer_view* Lp, cudaStream_t stream) {
+  const mm_layer_view& L = *Lp;
   mm_combine_push_kernel<<<L.fill_blocks, 256, 0, stream>>>(L);
 }
 
@@ -55,6 +56,8 @@ __global__ void __launch_bounds__(256) mm_reduce_kernel(mm_layer_view L, mm_forw
   }
 }
 
-void mm_reduce_launch(const mm_layer_view& L, const mm_forward_view& F, cudaStream_t stream) {
+extern "C" void mm_reduce_launch(const mm_layer_view* Lp, const mm_forward_view* Fp, cudaStream_t stream) {
+  const mm_layer_view& L = *Lp;
+  const mm_forward_view& F = *Fp;
   mm_reduce_kernel<<<L.fill_blocks, 256, 0, stream>>>(L, F);
 }

@@ -3,8 +3,8 @@
  * its metadata and routing weight from the entry the source published here.
  * Padding rows are zeroed so the GEMMs never read uninitialized memory. */
 #include "comm/barrier.cuh"
-#include "staged/staged_common.cuh"
-#include "staged/staged_kernels.cuh"
+#include "staged/staged.h"
+#include "view.cuh"
 
 __global__ void __launch_bounds__(256) mm_dispatch_kernel(mm_layer_view L) {
   extern __shared__ int32_t s_offset[]; /* [E_l + 1] pool offsets */
@@ -62,7 +62,8 @@ __global__ void __launch_bounds__(256) mm_dispatch_kernel(mm_layer_view L) {
   }
 }
 
-void mm_dispatch_launch(const mm_layer_view& L, cudaStream_t stream) {
+extern "C" void mm_dispatch_launch(const mm_layer_view* Lp, cudaStream_t stream) {
+  const mm_layer_view& L = *Lp;
   const size_t smem = sizeof(int32_t) * (L.local_experts + 1);
   mm_dispatch_kernel<<<L.fill_blocks, 256, smem, stream>>>(L);
 }
@@ -75,6 +76,7 @@ __global__ void mm_barrier_kernel(mm_layer_view L, int which, int site) {
   mm_barrier_thread(L, mm_status(L), 2 * epoch + (uint64_t)which, site);
 }
 
-void mm_barrier_launch(const mm_layer_view& L, int which, int site, cudaStream_t stream) {
+extern "C" void mm_barrier_launch(const mm_layer_view* Lp, int which, int site, cudaStream_t stream) {
+  const mm_layer_view& L = *Lp;
   mm_barrier_kernel<<<1, 32, 0, stream>>>(L, which, site);
 }

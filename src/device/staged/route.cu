@@ -2,8 +2,8 @@
  * publish to each expert's rank the count and the (token, slot, weight) list
  * of its local experts, in (local expert, token, slot) order — the order the
  * pool rows take, which makes the whole layer deterministic. */
-#include "staged/staged_common.cuh"
-#include "staged/staged_kernels.cuh"
+#include "staged/staged.h"
+#include "view.cuh"
 
 /* Block e counts the slots routed to global expert e. Block 0 also validates
  * every index and records MEGAMOE_ERR_BAD_TOPK_INDEX for the first bad one. */
@@ -113,11 +113,14 @@ __global__ void __launch_bounds__(1024) mm_pool_layout_kernel(mm_layer_view L) {
   }
 }
 
-void mm_route_launch(const mm_layer_view& L, const mm_forward_view& F, cudaStream_t stream) {
+extern "C" void mm_route_launch(const mm_layer_view* Lp, const mm_forward_view* Fp, cudaStream_t stream) {
+  const mm_layer_view& L = *Lp;
+  const mm_forward_view& F = *Fp;
   mm_route_count_kernel<<<L.num_experts, 256, 0, stream>>>(L, F);
   mm_route_publish_kernel<<<L.num_experts, 256, 0, stream>>>(L, F);
 }
 
-void mm_pool_layout_launch(const mm_layer_view& L, cudaStream_t stream) {
+extern "C" void mm_pool_layout_launch(const mm_layer_view* Lp, cudaStream_t stream) {
+  const mm_layer_view& L = *Lp;
   mm_pool_layout_kernel<<<1, 1024, 0, stream>>>(L);
 }

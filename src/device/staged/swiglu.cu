@@ -1,8 +1,8 @@
 /* Staged SwiGLU: fp32 L1 output -> a = silu(g) * u * weight -> fp8 with one
  * scale per G columns. One warp per pool row, 128 a-columns per step (each
  * lane 4), so a G = 128 group is one warp step and G = 64 a half-warp. */
-#include "staged/staged_common.cuh"
-#include "staged/staged_kernels.cuh"
+#include "staged/staged.h"
+#include "view.cuh"
 
 __global__ void __launch_bounds__(256) mm_swiglu_quant_kernel(mm_layer_view L) {
   if (mm_failed(mm_status(L))) return;
@@ -48,6 +48,7 @@ __global__ void __launch_bounds__(256) mm_swiglu_quant_kernel(mm_layer_view L) {
   }
 }
 
-void mm_swiglu_quant_launch(const mm_layer_view& L, cudaStream_t stream) {
+extern "C" void mm_swiglu_quant_launch(const mm_layer_view* Lp, cudaStream_t stream) {
+  const mm_layer_view& L = *Lp;
   mm_swiglu_quant_kernel<<<L.fill_blocks, 256, 0, stream>>>(L);
 }
