@@ -123,7 +123,11 @@ enum mm_wait_site {
   MM_SITE_BARRIER_DISPATCH = 1, /* after routing was published, before the pull */
   MM_SITE_BARRIER_COMBINE = 2,  /* after the combine push, before the reduction */
   MM_SITE_ROUTE = 3,
-  MM_SITE_DISPATCH = 4
+  MM_SITE_DISPATCH = 4,
+  MM_SITE_GEMM_ROWS_READY = 5,  /* a GEMM producer waiting for its A rows (arrival counter) */
+  MM_SITE_GEMM_PIPE = 6,        /* a GEMM role waiting on its shared-memory pipeline */
+  MM_SITE_GRID_BARRIER = 7,     /* an in-kernel grid barrier */
+  MM_SITE_COUNT
 };
 
 /* Arguments of one grouped block-scaled FP8 GEMM over the expert-major pool:

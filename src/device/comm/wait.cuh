@@ -1,0 +1,116 @@
+/* In-kernel waits with the layer's deadline, and the ordering primitives the
+ * arms use to hand data from one role (or GPU) to another.
+ *
+ * Every spin in megamoe ends: a wait that does not see its value before the
+ * deadline records MEGAMOE_ERR_TIMEOUT in the layer's status record (first
+ * error wins) and returns false, and the caller leaves its loop (no trap, no
+ * hang). Callers of a failed wait must not touch the data it guarded.
+ *
+ * Ordering recipes (PTX memory model):
+ *  - data written by ordinary stores of THIS thread, read by another CTA or
+ *    GPU after it acquires the counter: store data; mm_red_release_*(counter).
+ *  - data written by OTHER threads of this CTA: they store, then a CTA barrier
+ *    (bar.sync orders their stores before it at CTA scope), then one thread
+ *    does a release at gpu/sys scope: the release is cumulative over what the
+ *    barrier made visible to it.
+ *  - data that the async proxy reads next (TMA loads of rows that warps wrote
+ *    with st.global): the writer runs mm_fence_proxy_async_global() after its
+ *    stores and before the release; the reader, after its acquire and before
+ *    issuing the TMA, runs it too (cheap, and it makes the handover correct
+ *    whichever side the model requires it on). */
+#ifndef MEGAMOE_COMM_WAIT_CUH
+#define MEGAMOE_COMM_WAIT_CUH
+
+#include "common.cuh"
+
+/* ---- Scoped loads, stores and reductions -------------------------------- */
+MM_DEVICE int32_t mm_ld_acquire_gpu_s32(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+MM_DEVICE int32_t mm_ld_acquire_sys_s32(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/* Coherent (not the non-coherent __ldg path) read of a value another kernel
+ * or another CTA of this kernel wrote: expert counts, offsets. */
+MM_DEVICE int32_t mm_ld_relaxed_gpu_s32(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+MM_DEVICE void mm_red_release_gpu_add_s32(int32_t* p, int32_t v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+MM_DEVICE void mm_red_release_sys_add_s32(int32_t* p, int32_t v) {
+  asm volatile("red.release.sys.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+MM_DEVICE void mm_st_release_gpu_s32(int32_t* p, int32_t v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+/* Generic-proxy global writes <-> async-proxy (TMA) global reads. */
+MM_DEVICE void mm_fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
+/* ---- Deadlines ------------------------------------------------------------ */
+typedef struct mm_deadline {
+  uint64_t start_ns;
+  uint64_t timeout_ns;
+} mm_deadline;
+
+MM_DEVICE mm_deadline mm_deadline_start(uint64_t timeout_ns) {
+  mm_deadline d;
+  d.start_ns = mm_globaltimer_ns();
+  d.timeout_ns = timeout_ns;
+  return d;
+}
+
+MM_DEVICE bool mm_deadline_passed(const mm_deadline& d) {
+  return mm_globaltimer_ns() - d.start_ns > d.timeout_ns;
+}
+
+/* Where a failed wait records itself (any pointer may be NULL). */
+typedef struct mm_wait_ctx {
+  mm_device_status* status; /* the layer's status record */
+  uint64_t timeout_ns;
+  int32_t site;             /* mm_wait_site */
+  const volatile int32_t* abort_flag; /* another role gave up: stop waiting (shared or global) */
+} mm_wait_ctx;
+
+/* Spins until *counter >= target (acquire at gpu scope, or sys scope when
+ * kSys). Returns true when reached. Returns false when the deadline passed
+ * (MEGAMOE_ERR_TIMEOUT recorded with detail = the counter's index given by
+ * the caller, seen / want the values) or when *abort_flag became non-zero or
+ * the status record already holds an error of any kind (nothing recorded). */
+template <bool kSys>
+MM_DEVICE bool mm_wait_counter_geq(const int32_t* counter, int32_t target, const mm_wait_ctx& ctx,
+                                   int detail) {
+  int32_t seen = kSys ? mm_ld_acquire_sys_s32(counter) : mm_ld_acquire_gpu_s32(counter);
+  if (seen >= target) return true;
+  const mm_deadline d = mm_deadline_start(ctx.timeout_ns);
+  for (uint32_t spin = 1;; ++spin) {
+    seen = kSys ? mm_ld_acquire_sys_s32(counter) : mm_ld_acquire_gpu_s32(counter);
+    if (seen >= target) return true;
+    if ((spin & 31u) == 0) {
+      if (ctx.abort_flag && *ctx.abort_flag) return false;
+      if (ctx.status && *(volatile const int32_t*)&ctx.status->code != 0) return false;
+      if (mm_deadline_passed(d)) {
+        if (ctx.status)
+          mm_record_error(ctx.status, MEGAMOE_ERR_TIMEOUT, ctx.site, -1, detail, (uint64_t)(int64_t)seen,
+                          (uint64_t)(int64_t)target);
+        return false;
+      }
+    }
+  }
+}
+
+#endif
