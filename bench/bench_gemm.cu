@@ -31,7 +31,6 @@
 
 #include "bench.h"
 #include "gemm/gemm.h"
-#include "gemm/gemm_wgmma.cuh"
 #include "gemm_cublaslt.cuh"
 
 namespace {
@@ -117,12 +116,25 @@ struct arm_ctx {
   const uint8_t* b;
   const float* b_sf;
   mm_lt* lt;
-  mm_gemm_tile tile;
+  mm_gemm_plan plan; /* ours: made once per (shape, tile), as the layer does */
 };
+
+/* Makes the plan of our arm for a tile (AUTO: the engine's pick). */
+int plan_ours(arm_ctx* c, mm_gemm_tile tile) {
+  c->g->gp.out_kind = MM_GEMM_OUT_BF16;
+  c->g->gp.d = c->g->d_ours;
+  const megamoe_status st = mm_gemm_plan_make(&c->g->gp, tile, &c->plan);
+  if (st != MEGAMOE_OK) {
+    fprintf(stderr, "bench-gemm: ours (tile %s): %s: %s\n", mm_gemm_tile_name(tile), megamoe_status_string(st),
+            megamoe_last_error());
+    return 1;
+  }
+  return 0;
+}
 
 /* Runs one arm once on stream 0. Returns 0 on success. */
 int run_ours(arm_ctx* c) {
-  const megamoe_status st = mm_gemm_wgmma_tiled(&c->g->gp, MM_GEMM_OUT_BF16, c->g->d_ours, NULL, c->tile, 0);
+  const megamoe_status st = mm_gemm_plan_launch(&c->plan, 0);
   if (st != MEGAMOE_OK) {
     fprintf(stderr, "bench-gemm: ours: %s: %s\n", megamoe_status_string(st), megamoe_last_error());
     return 1;
@@ -188,19 +200,8 @@ int data_alloc(gemm_data* g, int n, int k, int m, uint64_t seed) {
     BENCH_CUDA(cudaMemcpy2D(g->a_sf_lt + (int64_t)e * L * g->rows_per_expert, sizeof(float) * g->rows_per_expert,
                             g->a_sf + h_off[e], sizeof(float) * R, sizeof(float) * g->rows_per_expert, L,
                             cudaMemcpyDeviceToDevice));
-  mm_gemm_problem* p = &g->gp;
-  p->a = g->a;
-  p->a_sf = g->a_sf;
-  p->a_sf_block = 128;
-  p->b = NULL; /* set by the caller */
-  p->b_sf = NULL;
-  p->b_sf_block_n = 128;
-  p->expert_offset = g->offset;
-  p->expert_count = g->count;
-  p->num_experts = kExperts;
-  p->rows_cap = g->rows_cap;
-  p->n = n;
-  p->k = k;
+  /* b and b_sf are set by the caller. */
+  g->gp = mm_gemm_problem_make(g->a, g->a_sf, 128, NULL, NULL, 128, g->offset, g->count, kExperts, g->rows_cap, n, k);
   return 0;
 }
 
@@ -293,7 +294,7 @@ extern "C" int mm_bench_gemm_main(int argc, char** argv) {
   float* t_ours = (float*)malloc(sizeof(float) * o.iters);
   float* t_lt = (float*)malloc(sizeof(float) * o.iters);
 
-  printf("%6s %6s %6s %8s %10s %9s %10s %9s %8s %9s %10s\n", "N", "K", "M", "tile", "ours_us", "ours_TF/s",
+  printf("%6s %6s %6s %10s %10s %9s %10s %9s %8s %9s %10s\n", "N", "K", "M", "tile", "ours_us", "ours_TF/s",
          "cublas_us", "cublas_TF", "lt/ours", "hbm_us", "diff");
   int rc = 0;
   for (int si = 0; si < num_nk && rc == 0; ++si) {
@@ -318,8 +319,18 @@ extern "C" int mm_bench_gemm_main(int argc, char** argv) {
       }
       g.gp.b = b;
       g.gp.b_sf = b_sf;
-      arm_ctx c = {&g, b, b_sf, &lt, MM_GEMM_TILE_AUTO};
-      const mm_gemm_tile auto_tile = mm_gemm_wgmma_pick_tile(&g.gp, MM_GEMM_OUT_BF16, NULL);
+      arm_ctx c;
+      memset(&c, 0, sizeof c);
+      c.g = &g;
+      c.b = b;
+      c.b_sf = b_sf;
+      c.lt = &lt;
+      if (plan_ours(&c, MM_GEMM_TILE_AUTO)) {
+        data_free(&g);
+        rc = 1;
+        break;
+      }
+      const mm_gemm_tile auto_tile = c.plan.tile;
       const double flops = 2.0 * m * (double)n * k;
 
       /* Warm-up (also builds cuBLASLt's plan), then alternating rounds. A
@@ -364,23 +375,22 @@ extern "C" int mm_bench_gemm_main(int argc, char** argv) {
         BENCH_CUDA(cudaMemcpy(sums, d_sums, sizeof sums, cudaMemcpyDeviceToHost));
         dv = !lt_ok ? NAN : sums[1] + sums[2] > 0 ? 1.0 - 2.0 * sums[0] / (sums[1] + sums[2]) : 0.0;
       }
-      printf("%6d %6d %6d %8s %10.1f %9.1f %10.1f %9.1f %8.3f %9.1f %10.2e\n", n, k, m, mm_gemm_tile_name(auto_tile),
+      printf("%6d %6d %6d %10s %10.1f %9.1f %10.1f %9.1f %8.3f %9.1f %10.2e\n", n, k, m, mm_gemm_tile_name(auto_tile),
              us_ours, flops / us_ours * 1e-6, us_lt, flops / us_lt * 1e-6, us_lt / us_ours, hbm_us, dv);
       fflush(stdout);
 
       if (o.tiles) {
         for (int t = MM_GEMM_TILE_128x256; t < MM_GEMM_TILE_COUNT && rc == 0; ++t) {
-          c.tile = (mm_gemm_tile)t;
           if (n % mm_gemm_tile_width((mm_gemm_tile)t)) continue;
+          rc = plan_ours(&c, (mm_gemm_tile)t);
           for (int it = 0; it < o.iters && rc == 0; ++it)
             rc = time_call(run_ours, &c, flush, flush_bytes, it, e0, e1, &t_ours[it]);
           if (rc) break;
           const double us = 1e3 * median(t_ours, o.iters);
-          printf("%6d %6d %6d %8s %10.1f %9.1f %10s %9s %8.3f %9.1f\n", n, k, m, mm_gemm_tile_name((mm_gemm_tile)t), us,
+          printf("%6d %6d %6d %10s %10.1f %9.1f %10s %9s %8.3f %9.1f\n", n, k, m, mm_gemm_tile_name((mm_gemm_tile)t), us,
                  flops / us * 1e-6, "", "", us_lt / us, hbm_us);
           fflush(stdout);
         }
-        c.tile = MM_GEMM_TILE_AUTO;
       }
       data_free(&g);
     }

@@ -130,32 +130,6 @@ enum mm_wait_site {
   MM_SITE_COUNT
 };
 
-/* Arguments of one grouped block-scaled FP8 GEMM over the expert-major pool:
- *   D[rows of expert e] = A[rows of expert e] * B[e]^T
- * A   fp8 e4m3 [rows_cap, k], row stride k bytes
- * A_sf fp32 [k / a_sf_block][rows_cap]  (K-block-major: one scale per row per
- *      a_sf_block-wide K block; a_sf_block is 128, or 64 for the L2 input when G = 64)
- * B   fp8 e4m3 [num_experts, n, k], K-major
- * B_sf fp32 [num_experts, n / b_sf_block_n, k / 128]: one scale per
- *      b_sf_block_n x 128 block (b_sf_block_n = 128, or 64 for the prepared W1)
- * expert_offset [num_experts + 1] (device), multiples of MM_POOL_ROW_ALIGN;
- * expert_count  [num_experts] (device): valid rows of each expert. Rows past
- * the count (padding) may hold anything; their outputs are not written. */
-typedef struct mm_gemm_problem {
-  const uint8_t* a;
-  const float* a_sf;
-  int32_t a_sf_block;
-  const uint8_t* b;
-  const float* b_sf;
-  int32_t b_sf_block_n;
-  const int32_t* expert_offset;
-  const int32_t* expert_count;
-  int32_t num_experts;
-  int32_t rows_cap;
-  int32_t n;
-  int32_t k;
-} mm_gemm_problem;
-
 /* The prepared W1 (what megamoe_prepare_weights produces): 64-row chunks of
  * gate and up interleaved, so prepared rows [128 c, 128 c + 64) are gate rows
  * [64 c, 64 c + 64) of the checkpoint and prepared rows [128 c + 64, 128 c + 128)
@@ -165,18 +139,94 @@ typedef struct mm_gemm_problem {
  * 64 matching (gate, up) pairs: a-columns [64 c, 64 c + 64). */
 #define MM_W1_INTERLEAVE 64
 
-/* Epilogue of the L1 GEMM when it applies SwiGLU itself. B is the prepared
- * W1 (above). Output: a = silu(g) * u * weight, quantized
- * per `group` columns (64 or 128): out [rows_cap, I] fp8, out_sf
- * [I / group][rows_cap] fp32 with sf = max(amax, 1e-10) / 448. */
+/* ---- Grouped block-scaled FP8 GEMM (the engine, src/device/gemm/) ----------
+ * D[rows of expert e] = A[rows of expert e] * B[e]^T, fp32 accumulation
+ * promoted per K block with the block scales (DESIGN.md section 1).
+ *
+ * Rows: expert e's valid rows are expert_count[e] rows starting at pool row
+ * expert_offset[e] (a multiple of MM_POOL_ROW_ALIGN). Those are the OUTPUT rows
+ * (d, the SwiGLU outputs, row weights, the scatter table). The A rows (and A
+ * scales, and the rows-ready counters) of expert e start at
+ * expert_a_offset[e] when that array is given, else at expert_offset[e]: a
+ * ring slot of the fused arm is not the pool row. Rows past the count
+ * (padding) may hold anything; their outputs are not written. */
+typedef enum mm_gemm_output {
+  MM_GEMM_OUT_F32 = 0,          /* d fp32 [rows_cap, n] */
+  MM_GEMM_OUT_BF16 = 1,         /* d bf16 [rows_cap, n], round to nearest even */
+  MM_GEMM_OUT_SWIGLU_FP8 = 2,   /* the L1 epilogue, through `swiglu` (B = the prepared W1, n = 2I) */
+  MM_GEMM_OUT_BF16_SCATTER = 3  /* bf16 rows to per-row destinations, through `scatter` */
+} mm_gemm_output;
+
+/* Epilogue of the L1 GEMM (MM_GEMM_OUT_SWIGLU_FP8). B is the prepared W1
+ * (above). Output: a = silu(g) * u * weight (clamp first), quantized per
+ * `group` a-columns (64 or 128): out [rows_cap, n / 2] fp8, out_sf
+ * [n / 2 / group][rows_cap] fp32 with sf = max(amax, 1e-10) / 448. */
 typedef struct mm_swiglu_epilogue {
-  const float* row_weight; /* [rows_cap] routing weight of each pool row */
+  const float* row_weight; /* [rows_cap] routing weight of each output row */
   int32_t group;
   int32_t has_clamp;
   float clamp;
   uint8_t* out;
   float* out_sf;
 } mm_swiglu_epilogue;
+
+/* Scatter epilogue (MM_GEMM_OUT_BF16_SCATTER): output row r (a valid row)
+ * goes to dst_base[rows[r].src_rank] + rows[r].token_slot * n * 2 bytes, a
+ * bf16 row of n columns; rows with src_rank < 0 are skipped. The split and
+ * fused arms pass the pool-row table and every rank's combine buffer, so each
+ * L2 row lands in its source rank's [T_max * K][H] combine region over
+ * NVLink. Staged through shared memory: 16-byte, coalesced stores. */
+typedef struct mm_gemm_scatter {
+  uint8_t* dst_base[MM_MAX_RANKS];
+  const mm_pool_row* rows; /* [rows_cap] */
+} mm_gemm_scatter;
+
+/* A rows that arrive while the GEMM runs (the split and fused arms): before
+ * loading the A rows of a tile, the producer waits (acquire, with the
+ * deadline) until counters[b] >= base + per_row * (valid rows of block b)
+ * for every MM_READY_BLOCK_ROWS-row block b of A rows the tile covers (b
+ * indexes A rows: a / MM_READY_BLOCK_ROWS). counters == NULL: every row is
+ * ready at launch. Writers store the rows, fence.proxy.async.global, then
+ * add with release (comm/wait.cuh). */
+#define MM_READY_BLOCK_ROWS 128
+typedef struct mm_gemm_ready {
+  const int32_t* counters;
+  int32_t base;
+  int32_t per_row;
+} mm_gemm_ready;
+
+typedef struct mm_gemm_problem {
+  /* A fp8 e4m3 [rows_cap, k] (row stride k); A_sf fp32 [k / a_sf_block][rows_cap]
+   * (K-block-major; a_sf_block 128, or 64 for the L2 input when G = 64). */
+  const uint8_t* a;
+  const float* a_sf;
+  int32_t a_sf_block;
+  /* B fp8 e4m3 [num_experts, n, k], K-major; B_sf fp32 [num_experts][n / b_sf_block_n][k / 128]
+   * (b_sf_block_n 128, or 64 for the prepared W1). */
+  const uint8_t* b;
+  const float* b_sf;
+  int32_t b_sf_block_n;
+  const int32_t* expert_offset;   /* [num_experts + 1] (device) */
+  const int32_t* expert_count;    /* [num_experts] (device) */
+  const int32_t* expert_a_offset; /* [num_experts] (device) or NULL */
+  int32_t num_experts;
+  int32_t rows_cap;
+  int32_t n;
+  int32_t k;
+  int32_t out_kind;               /* mm_gemm_output */
+  void* d;                        /* F32 / BF16 output */
+  mm_swiglu_epilogue swiglu;
+  mm_gemm_scatter scatter;
+  mm_gemm_ready ready;
+  /* A wait that passes timeout_ns records MEGAMOE_ERR_TIMEOUT here (first
+   * error wins) and the kernel leaves; NULL: nothing is recorded (the kernel
+   * still leaves). */
+  mm_device_status* status;
+  uint64_t timeout_ns;
+} mm_gemm_problem;
+
+/* Default deadline of the engine's waits when the problem gives none. */
+#define MM_GEMM_DEFAULT_TIMEOUT_NS 60000000000ull
 
 #ifdef __cplusplus
 }

@@ -14,34 +14,29 @@ megamoe_status mm_staged_forward(const mm_layer_view* L, const mm_forward_view* 
   mm_pool_layout_launch(L, stream);
   mm_dispatch_launch(L, stream);
 
-  mm_gemm_problem l1;
-  l1.a = L->ws + L->offset[MM_WS_POOL_X];
-  l1.a_sf = (const float*)(L->ws + L->offset[MM_WS_POOL_X_SF]);
-  l1.a_sf_block = MM_SCALE_BLOCK;
-  l1.b = w1p;
-  l1.b_sf = w1p_sf;
-  l1.b_sf_block_n = MM_W1_INTERLEAVE;
-  l1.expert_offset = (const int32_t*)(L->ws + L->offset[MM_WS_POOL_OFFSET]);
-  l1.expert_count = (const int32_t*)(L->ws + L->offset[MM_WS_POOL_COUNT]);
-  l1.num_experts = L->local_experts;
-  l1.rows_cap = L->pool_rows;
-  l1.n = 2 * L->intermediate;
-  l1.k = L->hidden;
-  MM_TRY(mm_gemm_run((mm_gemm_engine)engine, &l1, MM_GEMM_OUT_F32, L->ws + L->offset[MM_WS_L1_ACC],
-                     NULL, stream));
+  /* L1: pool x W1p^T -> fp32 [P, 2I]. */
+  mm_gemm_problem l1 = mm_gemm_problem_make(
+      L->ws + L->offset[MM_WS_POOL_X], (const float*)(L->ws + L->offset[MM_WS_POOL_X_SF]), MM_SCALE_BLOCK, w1p,
+      w1p_sf, MM_W1_INTERLEAVE, (const int32_t*)(L->ws + L->offset[MM_WS_POOL_OFFSET]),
+      (const int32_t*)(L->ws + L->offset[MM_WS_POOL_COUNT]), L->local_experts, L->pool_rows, 2 * L->intermediate,
+      L->hidden);
+  l1.status = (mm_device_status*)(L->ws + L->offset[MM_WS_STATUS]);
+  l1.timeout_ns = L->timeout_ns;
+  l1.out_kind = MM_GEMM_OUT_F32;
+  l1.d = L->ws + L->offset[MM_WS_L1_ACC];
+  MM_TRY(mm_gemm_run((mm_gemm_engine)engine, &l1, stream));
   mm_swiglu_quant_launch(L, stream);
 
-  mm_gemm_problem l2 = l1;
-  l2.a = L->ws + L->offset[MM_WS_L1_OUT];
-  l2.a_sf = (const float*)(L->ws + L->offset[MM_WS_L1_OUT_SF]);
-  l2.a_sf_block = L->quant_group;
-  l2.b = w2;
-  l2.b_sf = w2_sf;
-  l2.b_sf_block_n = MM_SCALE_BLOCK;
-  l2.n = L->hidden;
-  l2.k = L->intermediate;
-  MM_TRY(mm_gemm_run((mm_gemm_engine)engine, &l2, MM_GEMM_OUT_BF16, L->ws + L->offset[MM_WS_L2_OUT],
-                     NULL, stream));
+  /* L2: quantized L1 output x W2^T -> bf16 [P, H]. */
+  mm_gemm_problem l2 = mm_gemm_problem_make(
+      L->ws + L->offset[MM_WS_L1_OUT], (const float*)(L->ws + L->offset[MM_WS_L1_OUT_SF]), L->quant_group, w2, w2_sf,
+      MM_SCALE_BLOCK, l1.expert_offset, l1.expert_count, L->local_experts, L->pool_rows, L->hidden,
+      L->intermediate);
+  l2.status = l1.status;
+  l2.timeout_ns = L->timeout_ns;
+  l2.out_kind = MM_GEMM_OUT_BF16;
+  l2.d = L->ws + L->offset[MM_WS_L2_OUT];
+  MM_TRY(mm_gemm_run((mm_gemm_engine)engine, &l2, stream));
   mm_combine_push_launch(L, stream);
   mm_barrier_launch(L, 1, MM_SITE_BARRIER_COMBINE, stream);
   mm_reduce_launch(L, F, stream);

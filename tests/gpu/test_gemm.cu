@@ -42,8 +42,8 @@
 #include <string.h>
 
 #include "../../bench/gemm_cublaslt.cuh"
+#include "comm/wait.cuh"
 #include "gemm/gemm.h"
-#include "gemm/gemm_wgmma.cuh"
 #include "gpu_suites.h"
 
 extern "C" {
@@ -232,19 +232,8 @@ mm_test_result problem_make(problem* p, const problem_desc* d, uint64_t seed) {
                      cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(p->d_row_weight, p->row_weight, sizeof(float) * R, cudaMemcpyHostToDevice));
 
-  mm_gemm_problem* g = &p->gp;
-  g->a = p->d_a;
-  g->a_sf = p->d_a_sf;
-  g->a_sf_block = d->a_sf_block;
-  g->b = p->d_b;
-  g->b_sf = p->d_b_sf;
-  g->b_sf_block_n = d->b_sf_block_n;
-  g->expert_offset = p->d_offset;
-  g->expert_count = p->d_count;
-  g->num_experts = E;
-  g->rows_cap = p->rows_cap;
-  g->n = d->n;
-  g->k = d->k;
+  p->gp = mm_gemm_problem_make(p->d_a, p->d_a_sf, d->a_sf_block, p->d_b, p->d_b_sf, d->b_sf_block_n, p->d_offset,
+                               p->d_count, E, p->rows_cap, d->n, d->k);
   return MM_TEST_PASS;
 }
 
@@ -447,15 +436,26 @@ mm_test_result check_swiglu(const problem* p, const uint8_t* q, const float* sf,
 typedef megamoe_status (*engine_fn)(const mm_gemm_problem*, mm_gemm_output, void*, const mm_swiglu_epilogue*,
                                     mm_gemm_tile, cudaStream_t);
 
+/* The problem with its output fields set (d for dense, sw for SwiGLU). */
+mm_gemm_problem with_output(const mm_gemm_problem* p, mm_gemm_output out, void* d, const mm_swiglu_epilogue* sw) {
+  mm_gemm_problem g = *p;
+  g.out_kind = out;
+  g.d = d;
+  if (sw) g.swiglu = *sw;
+  return g;
+}
+
 megamoe_status run_wgmma(const mm_gemm_problem* p, mm_gemm_output out, void* d, const mm_swiglu_epilogue* sw,
                          mm_gemm_tile tile, cudaStream_t s) {
-  return mm_gemm_wgmma_tiled(p, out, d, sw, tile, s);
+  const mm_gemm_problem g = with_output(p, out, d, sw);
+  return mm_gemm_wgmma(&g, tile, s);
 }
 
 megamoe_status run_simple(const mm_gemm_problem* p, mm_gemm_output out, void* d, const mm_swiglu_epilogue* sw,
                           mm_gemm_tile tile, cudaStream_t s) {
   (void)tile;
-  return mm_gemm_simple(p, out, d, sw, s);
+  const mm_gemm_problem g = with_output(p, out, d, sw);
+  return mm_gemm_simple(&g, s);
 }
 
 /* Output buffers of one run, poisoned, and their host copies. */
@@ -519,10 +519,9 @@ mm_test_result run_engine(engine_fn fn, const problem* p, mm_gemm_output out, mm
     if (r_ != MM_TEST_PASS) return r_;     \
   } while (0)
 
-const mm_gemm_tile kTiles[] = {MM_GEMM_TILE_128x256,          MM_GEMM_TILE_256x128,          MM_GEMM_TILE_128x128,
-                               MM_GEMM_TILE_64x256,           MM_GEMM_TILE_128x256_SKEW,     MM_GEMM_TILE_256x128_SKEW,
-                               MM_GEMM_TILE_128x128_SKEW,     MM_GEMM_TILE_128x256_SKEW_TMA, MM_GEMM_TILE_256x128_SKEW_TMA,
-                               MM_GEMM_TILE_128x128_SKEW_TMA};
+/* Every tile with every output it has (the diagnostic one-partial tile: bf16). */
+const mm_gemm_tile kTiles[] = {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128, MM_GEMM_TILE_128x128,
+                               MM_GEMM_TILE_64x256};
 const int kNumTiles = (int)(sizeof kTiles / sizeof kTiles[0]);
 
 /* The small problem of the CPU tests: empty experts, one row, partial
@@ -571,17 +570,33 @@ mm_test_result dense_vs_cpu(mm_gemm_output out) {
     outputs o;
     TRY_TEST(outputs_alloc(&o, &p));
     mm_test_result res = MM_TEST_PASS;
-    for (int t = 0; t < kNumTiles && res == MM_TEST_PASS; ++t) {
+    /* Every tile runs the same m64n128k32 chains and the same promotion
+     * order, so every tile's output must be bitwise the first tile's. */
+    const int64_t out_bytes = (int64_t)p.rows_cap * d.n * (out == MM_GEMM_OUT_F32 ? 4 : 2);
+    uint8_t* first = (uint8_t*)malloc(out_bytes);
+    const int num_tiles = out == MM_GEMM_OUT_BF16 ? kNumTiles + 1 : kNumTiles;
+    for (int t = 0; t < num_tiles && res == MM_TEST_PASS; ++t) {
+      const mm_gemm_tile tile = t < kNumTiles ? kTiles[t] : MM_GEMM_TILE_128x128_1P;
       char what[160];
       snprintf(what, sizeof what, "%s tile %s a_sf_block %d b_sf_block_n %d k %d seed %llu",
-               out == MM_GEMM_OUT_F32 ? "f32" : "bf16", mm_gemm_tile_name(kTiles[t]), c.a_sf_block, c.b_sf_block_n,
+               out == MM_GEMM_OUT_F32 ? "f32" : "bf16", mm_gemm_tile_name(tile), c.a_sf_block, c.b_sf_block_n,
                c.k, (unsigned long long)(seed + ci));
-      res = run_engine(run_wgmma, &p, out, kTiles[t], 128, 0, 0.f, &o);
+      res = run_engine(run_wgmma, &p, out, tile, 128, 0, 0.f, &o);
       if (res == MM_TEST_PASS)
         res = check_dense(&p, o.h_d, out == MM_GEMM_OUT_F32 ? 4 : 2, h, 1e-5,
                           out == MM_GEMM_OUT_F32 ? 1e-3 : ldexp(1.0, -7), what);
+      if (res == MM_TEST_PASS) {
+        if (t == 0) {
+          memcpy(first, o.h_d, out_bytes);
+        } else if (memcmp(first, o.h_d, out_bytes) != 0) {
+          fprintf(stderr, "    tile %s differs bitwise from tile %s\n", mm_gemm_tile_name(tile),
+                  mm_gemm_tile_name(kTiles[0]));
+          res = MM_TEST_FAIL;
+        }
+      }
       if (res != MM_TEST_PASS) fprintf(stderr, "    (%s)\n", what);
     }
+    free(first);
     /* The default tile choice too. */
     if (res == MM_TEST_PASS) {
       res = run_engine(run_wgmma, &p, out, MM_GEMM_TILE_AUTO, 128, 0, 0.f, &o);
@@ -616,15 +631,10 @@ mm_test_result test_swiglu_vs_cpu(void) {
       mm_gemm_tile tile;
       int group;
       int has_clamp;
-    } runs[] = {{MM_GEMM_TILE_128x256, 128, 0},          {MM_GEMM_TILE_128x256, 128, 1},
-                {MM_GEMM_TILE_128x256, 64, 0},           {MM_GEMM_TILE_256x128, 64, 1},
-                {MM_GEMM_TILE_128x128, 64, 0},           {MM_GEMM_TILE_64x256, 64, 1},
-                {MM_GEMM_TILE_64x256, 64, 0},            {MM_GEMM_TILE_AUTO, 128, 1},
-                {MM_GEMM_TILE_128x256_SKEW, 128, 0},     {MM_GEMM_TILE_128x256_SKEW, 128, 1},
-                {MM_GEMM_TILE_128x256_SKEW, 64, 0},      {MM_GEMM_TILE_256x128_SKEW, 64, 1},
-                {MM_GEMM_TILE_128x128_SKEW, 64, 0},      {MM_GEMM_TILE_128x256_SKEW_TMA, 128, 1},
-                {MM_GEMM_TILE_128x256_SKEW_TMA, 64, 0},  {MM_GEMM_TILE_256x128_SKEW_TMA, 64, 1},
-                {MM_GEMM_TILE_128x128_SKEW_TMA, 64, 0}};
+    } runs[] = {{MM_GEMM_TILE_128x256, 128, 0}, {MM_GEMM_TILE_128x256, 128, 1}, {MM_GEMM_TILE_128x256, 64, 0},
+                {MM_GEMM_TILE_256x128, 64, 1},  {MM_GEMM_TILE_128x128, 64, 0},  {MM_GEMM_TILE_64x256, 64, 1},
+                {MM_GEMM_TILE_64x256, 64, 0},   {MM_GEMM_TILE_64x256, 128, 0},  {MM_GEMM_TILE_64x256, 128, 1},
+                {MM_GEMM_TILE_AUTO, 128, 1}};
     const float clamp = 0.5f;
     for (size_t i = 0; i < sizeof runs / sizeof runs[0] && res == MM_TEST_PASS; ++i) {
       char what[200];
@@ -690,7 +700,6 @@ mm_test_result test_check_rejects(void) {
   outputs o;
   TRY_TEST(outputs_alloc(&o, &p));
   mm_swiglu_epilogue sw = {p.d_row_weight, 128, 0, 0.f, o.q, o.sf};
-  mm_gemm_problem g = p.gp;
   mm_test_result res = MM_TEST_PASS;
 #define EXPECT(expr, want)                                                                 \
   do {                                                                                     \
@@ -701,30 +710,55 @@ mm_test_result test_check_rejects(void) {
       res = MM_TEST_FAIL;                                                                  \
     }                                                                                      \
   } while (0)
-  EXPECT(mm_gemm_check(&g, MM_GEMM_OUT_F32, o.d, NULL), MEGAMOE_OK);
-  EXPECT(mm_gemm_check(NULL, MM_GEMM_OUT_F32, o.d, NULL), MEGAMOE_ERR_NULL_POINTER);
-  EXPECT(mm_gemm_check(&g, MM_GEMM_OUT_F32, NULL, NULL), MEGAMOE_ERR_NULL_POINTER);
-  EXPECT(mm_gemm_check(&g, MM_GEMM_OUT_SWIGLU_FP8, NULL, NULL), MEGAMOE_ERR_NULL_POINTER);
+  mm_gemm_problem g = with_output(&p.gp, MM_GEMM_OUT_F32, o.d, NULL);
+  EXPECT(mm_gemm_check(&g), MEGAMOE_OK);
+  EXPECT(mm_gemm_check(NULL), MEGAMOE_ERR_NULL_POINTER);
+  g = with_output(&p.gp, MM_GEMM_OUT_F32, NULL, NULL);
+  EXPECT(mm_gemm_check(&g), MEGAMOE_ERR_NULL_POINTER);
+  g = with_output(&p.gp, MM_GEMM_OUT_SWIGLU_FP8, NULL, NULL);
+  EXPECT(mm_gemm_check(&g), MEGAMOE_ERR_NULL_POINTER);
+  g = with_output(&p.gp, MM_GEMM_OUT_F32, o.d, NULL);
   g.k = 200;
-  EXPECT(mm_gemm_check(&g, MM_GEMM_OUT_F32, o.d, NULL), MEGAMOE_ERR_BAD_SHAPE);
-  g = p.gp;
+  EXPECT(mm_gemm_check(&g), MEGAMOE_ERR_BAD_SHAPE);
+  g = with_output(&p.gp, MM_GEMM_OUT_F32, o.d, NULL);
   g.a_sf_block = 32;
-  EXPECT(mm_gemm_check(&g, MM_GEMM_OUT_F32, o.d, NULL), MEGAMOE_ERR_BAD_ARGUMENT);
-  g = p.gp;
+  EXPECT(mm_gemm_check(&g), MEGAMOE_ERR_BAD_ARGUMENT);
+  g = with_output(&p.gp, MM_GEMM_OUT_F32, o.d, NULL);
   g.rows_cap = 100;
-  EXPECT(mm_gemm_check(&g, MM_GEMM_OUT_F32, o.d, NULL), MEGAMOE_ERR_BAD_ARGUMENT);
-  g = p.gp;
+  EXPECT(mm_gemm_check(&g), MEGAMOE_ERR_BAD_ARGUMENT);
+  g = with_output(&p.gp, MM_GEMM_OUT_BF16, (uint8_t*)o.d + 8, NULL);
+  EXPECT(mm_gemm_check(&g), MEGAMOE_ERR_BAD_ARGUMENT); /* TMA stores need 16-byte alignment */
+  g = with_output(&p.gp, MM_GEMM_OUT_BF16_SCATTER, NULL, NULL);
+  EXPECT(mm_gemm_check(&g), MEGAMOE_ERR_NULL_POINTER); /* no row table */
+  g = with_output(&p.gp, MM_GEMM_OUT_F32, o.d, NULL);
+  g.out_kind = 9;
+  EXPECT(mm_gemm_check(&g), MEGAMOE_ERR_BAD_ARGUMENT);
+  g = with_output(&p.gp, MM_GEMM_OUT_F32, o.d, NULL);
+  g.timeout_ns = 0;
+  EXPECT(mm_gemm_check(&g), MEGAMOE_ERR_BAD_ARGUMENT);
   sw.group = 96;
-  EXPECT(mm_gemm_check(&g, MM_GEMM_OUT_SWIGLU_FP8, NULL, &sw), MEGAMOE_ERR_BAD_QUANT_GROUP);
+  g = with_output(&p.gp, MM_GEMM_OUT_SWIGLU_FP8, NULL, &sw);
+  EXPECT(mm_gemm_check(&g), MEGAMOE_ERR_BAD_QUANT_GROUP);
   sw.group = 128;
   sw.has_clamp = 1;
   sw.clamp = -1.f;
-  EXPECT(mm_gemm_check(&g, MM_GEMM_OUT_SWIGLU_FP8, NULL, &sw), MEGAMOE_ERR_BAD_CLAMP);
+  g = with_output(&p.gp, MM_GEMM_OUT_SWIGLU_FP8, NULL, &sw);
+  EXPECT(mm_gemm_check(&g), MEGAMOE_ERR_BAD_CLAMP);
   sw.has_clamp = 0;
-  EXPECT(mm_gemm_wgmma_tiled(&g, MM_GEMM_OUT_SWIGLU_FP8, NULL, &sw, MM_GEMM_TILE_128x128, 0),
-         MEGAMOE_ERR_BAD_ARGUMENT);
+  g = with_output(&p.gp, MM_GEMM_OUT_SWIGLU_FP8, NULL, &sw);
+  EXPECT(mm_gemm_wgmma(&g, MM_GEMM_TILE_128x128, 0), MEGAMOE_ERR_BAD_ARGUMENT); /* group 128 on a 64-column wave */
+  EXPECT(mm_gemm_wgmma(&g, MM_GEMM_TILE_128x128_1P, 0), MEGAMOE_ERR_BAD_ARGUMENT); /* no SwiGLU on the diagnostic tile */
+  EXPECT(mm_gemm_tile_check(MM_GEMM_TILE_128x256, MM_GEMM_OUT_BF16, 64, 128, MM_GEMM_MAX_EXPERTS, NULL), MEGAMOE_OK);
+  EXPECT(mm_gemm_tile_check(MM_GEMM_TILE_128x256, MM_GEMM_OUT_BF16, 64, 128, MM_GEMM_MAX_EXPERTS + 1, NULL),
+         MEGAMOE_ERR_BAD_EXPERTS);
+  g = with_output(&p.gp, MM_GEMM_OUT_F32, o.d, NULL);
   g.a = p.d_a + 1;
-  EXPECT(mm_gemm_wgmma_tiled(&g, MM_GEMM_OUT_F32, o.d, NULL, MM_GEMM_TILE_128x256, 0), MEGAMOE_ERR_BAD_ARGUMENT);
+  EXPECT(mm_gemm_wgmma(&g, MM_GEMM_TILE_128x256, 0), MEGAMOE_ERR_BAD_ARGUMENT);
+  g = with_output(&p.gp, MM_GEMM_OUT_F32, o.d, NULL);
+  EXPECT(mm_gemm_simple(&g, 0), MEGAMOE_OK);
+  g.expert_a_offset = p.d_offset;
+  EXPECT(mm_gemm_simple(&g, 0), MEGAMOE_ERR_NOT_IMPLEMENTED); /* the oracle has no hooks */
+  CUDA_OK(cudaDeviceSynchronize());
 #undef EXPECT
   outputs_free(&o);
   problem_free(&p);
@@ -756,16 +790,15 @@ mm_test_result test_vs_simple_large(void) {
   const int64_t R = p.rows_cap, n = d.n, inter = n / 2;
   mm_test_result res = MM_TEST_PASS;
   const mm_gemm_output outs[] = {MM_GEMM_OUT_F32, MM_GEMM_OUT_BF16, MM_GEMM_OUT_SWIGLU_FP8};
-  const mm_gemm_tile tiles[] = {MM_GEMM_TILE_AUTO,          MM_GEMM_TILE_256x128,          MM_GEMM_TILE_128x256_SKEW,
-                                MM_GEMM_TILE_256x128_SKEW,  MM_GEMM_TILE_128x128_SKEW,     MM_GEMM_TILE_128x256_SKEW_TMA,
-                                MM_GEMM_TILE_256x128_SKEW_TMA, MM_GEMM_TILE_128x128_SKEW_TMA};
+  const mm_gemm_tile tiles[] = {MM_GEMM_TILE_AUTO, MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128, MM_GEMM_TILE_128x128,
+                                MM_GEMM_TILE_64x256};
   const int num_tiles = (int)(sizeof tiles / sizeof tiles[0]);
   for (int oi = 0; oi < 3 && res == MM_TEST_PASS; ++oi)
     for (int ti = 0; ti < num_tiles && res == MM_TEST_PASS; ++ti) {
       const mm_gemm_output out = outs[oi];
       /* Group 128 where the tile allows it (AUTO picks 128x256 for it). */
-      const int group = (tiles[ti] == MM_GEMM_TILE_AUTO || tiles[ti] == MM_GEMM_TILE_128x256_SKEW ||
-                         tiles[ti] == MM_GEMM_TILE_128x256_SKEW_TMA)
+      const int group = (tiles[ti] == MM_GEMM_TILE_AUTO || tiles[ti] == MM_GEMM_TILE_128x256 ||
+                         tiles[ti] == MM_GEMM_TILE_64x256)
                             ? 128
                             : 64;
       res = run_engine(run_simple, &p, out, MM_GEMM_TILE_AUTO, group, 1, 0.05f, &o1);
@@ -875,10 +908,8 @@ mm_test_result test_vs_cublaslt_large(void) {
       res = MM_TEST_FAIL;
     }
   }
-  const mm_gemm_tile tiles[] = {MM_GEMM_TILE_AUTO,          MM_GEMM_TILE_128x256,          MM_GEMM_TILE_256x128,
-                                MM_GEMM_TILE_64x256,        MM_GEMM_TILE_128x256_SKEW,     MM_GEMM_TILE_256x128_SKEW,
-                                MM_GEMM_TILE_128x128_SKEW,  MM_GEMM_TILE_128x256_SKEW_TMA, MM_GEMM_TILE_256x128_SKEW_TMA,
-                                MM_GEMM_TILE_128x128_SKEW_TMA};
+  const mm_gemm_tile tiles[] = {MM_GEMM_TILE_AUTO,    MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128,
+                                MM_GEMM_TILE_128x128, MM_GEMM_TILE_64x256,  MM_GEMM_TILE_128x128_1P};
   const int num_tiles = (int)(sizeof tiles / sizeof tiles[0]);
   uint16_t* h_lt = (uint16_t*)malloc(R * n * 2);
   uint16_t* h_ours = (uint16_t*)malloc(R * n * 2);
@@ -888,7 +919,7 @@ mm_test_result test_vs_cublaslt_large(void) {
   }
   for (int ti = 0; ti < num_tiles && res == MM_TEST_PASS; ++ti) {
     CUDA_OK(cudaMemset(d_ours, 0xFF, R * n * 2));
-    CHECK_OK(mm_gemm_wgmma_tiled(&p.gp, MM_GEMM_OUT_BF16, d_ours, NULL, tiles[ti], 0));
+    CHECK_OK(run_wgmma(&p.gp, MM_GEMM_OUT_BF16, d_ours, NULL, tiles[ti], 0));
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(h_ours, d_ours, R * n * 2, cudaMemcpyDeviceToHost));
     diff_acc dacc = {0, 0, 0};
@@ -926,6 +957,314 @@ mm_test_result test_vs_cublaslt_large(void) {
   return res;
 }
 
+/* ---- the hooks the arms use ---------------------------------------------------- */
+
+/* The L1 epilogue's per-128 quantization is the same whether one warpgroup
+ * holds the group's 128 a-columns (128x256) or the two warpgroups of the
+ * column-split 64x256 tile share it through shared memory: bitwise. */
+mm_test_result test_swiglu_g128_across_warpgroups(void) {
+  const uint64_t seed = test_seed() + 150;
+  mm_test_result res = MM_TEST_PASS;
+  for (int ci = 0; ci < kNumCombos && res == MM_TEST_PASS; ++ci) {
+    const combo c = kCombos[ci];
+    problem_desc d = small_desc(c.a_sf_block, c.b_sf_block_n, c.k, true);
+    problem p;
+    TRY_TEST(problem_make(&p, &d, seed + ci));
+    outputs o1, o2;
+    TRY_TEST(outputs_alloc(&o1, &p));
+    TRY_TEST(outputs_alloc(&o2, &p));
+    const int64_t R = p.rows_cap, n = d.n;
+    for (int clamp = 0; clamp < 2 && res == MM_TEST_PASS; ++clamp) {
+      res = run_engine(run_wgmma, &p, MM_GEMM_OUT_SWIGLU_FP8, MM_GEMM_TILE_128x256, 128, clamp, 0.5f, &o1);
+      if (res == MM_TEST_PASS)
+        res = run_engine(run_wgmma, &p, MM_GEMM_OUT_SWIGLU_FP8, MM_GEMM_TILE_64x256, 128, clamp, 0.5f, &o2);
+      if (res == MM_TEST_PASS &&
+          (memcmp(o1.h_q, o2.h_q, R * n / 2) != 0 || memcmp(o1.h_sf, o2.h_sf, sizeof(float) * (n / 2 / 64) * R) != 0)) {
+        fprintf(stderr, "    swiglu G 128: 64x256 differs bitwise from 128x256 (a_sf_block %d, clamp %d)\n",
+                c.a_sf_block, clamp);
+        res = MM_TEST_FAIL;
+      }
+    }
+    outputs_free(&o1);
+    outputs_free(&o2);
+    problem_free(&p);
+  }
+  return res;
+}
+
+/* A rows at expert_a_offset[e] (a ring slot is not the pool row): the A
+ * blocks of the experts are stored in reverse expert order; every tile's
+ * output (at the pool rows) is bitwise the plain layout's. */
+mm_test_result test_a_offset(void) {
+  problem_desc d = small_desc(128, 64, 512, false);
+  problem p;
+  TRY_TEST(problem_make(&p, &d, test_seed() + 600));
+  const int E = d.num_experts;
+  const int64_t R = p.rows_cap, k = d.k, L = k / 128;
+  int* a_off = (int*)malloc(sizeof(int) * E);
+  int pos = 0;
+  for (int e = E - 1; e >= 0; --e) {
+    a_off[e] = pos;
+    pos += p.offset[e + 1] - p.offset[e];
+  }
+  uint8_t* a_perm = (uint8_t*)malloc(R * k);
+  float* sf_perm = (float*)malloc(sizeof(float) * L * R);
+  for (int64_t i = 0; i < R * k; ++i) a_perm[i] = (uint8_t)(i * 37); /* rows no expert owns: anything */
+  for (int64_t i = 0; i < L * R; ++i) sf_perm[i] = 1e30f;
+  for (int e = 0; e < E; ++e)
+    for (int r = 0; r < p.offset[e + 1] - p.offset[e]; ++r) {
+      memcpy(a_perm + (int64_t)(a_off[e] + r) * k, p.a + (int64_t)(p.offset[e] + r) * k, k);
+      for (int64_t j = 0; j < L; ++j) sf_perm[j * R + a_off[e] + r] = p.a_sf[j * R + p.offset[e] + r];
+    }
+  uint8_t* d_a = NULL;
+  float* d_sf = NULL;
+  int* d_aoff = NULL;
+  CUDA_OK(cudaMalloc((void**)&d_a, R * k));
+  CUDA_OK(cudaMalloc((void**)&d_sf, sizeof(float) * L * R));
+  CUDA_OK(cudaMalloc((void**)&d_aoff, sizeof(int) * E));
+  CUDA_OK(cudaMemcpy(d_a, a_perm, R * k, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_sf, sf_perm, sizeof(float) * L * R, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_aoff, a_off, sizeof(int) * E, cudaMemcpyHostToDevice));
+  problem q = p; /* shares the device buffers of p; only gp differs */
+  q.gp.a = d_a;
+  q.gp.a_sf = d_sf;
+  q.gp.expert_a_offset = d_aoff;
+  outputs o1, o2;
+  TRY_TEST(outputs_alloc(&o1, &p));
+  TRY_TEST(outputs_alloc(&o2, &p));
+  mm_test_result res = MM_TEST_PASS;
+  for (int t = 0; t < kNumTiles && res == MM_TEST_PASS; ++t) {
+    res = run_engine(run_wgmma, &p, MM_GEMM_OUT_F32, kTiles[t], 128, 0, 0.f, &o1);
+    if (res == MM_TEST_PASS) res = run_engine(run_wgmma, &q, MM_GEMM_OUT_F32, kTiles[t], 128, 0, 0.f, &o2);
+    if (res == MM_TEST_PASS && memcmp(o1.h_d, o2.h_d, R * d.n * 4) != 0) {
+      fprintf(stderr, "    tile %s: output with expert_a_offset differs from the plain layout\n",
+              mm_gemm_tile_name(kTiles[t]));
+      res = MM_TEST_FAIL;
+    }
+  }
+  outputs_free(&o1);
+  outputs_free(&o2);
+  cudaFree(d_a);
+  cudaFree(d_sf);
+  cudaFree(d_aoff);
+  free(a_off);
+  free(a_perm);
+  free(sf_perm);
+  problem_free(&p);
+  return res;
+}
+
+/* The scatter epilogue against a host scatter of the bf16 output: valid rows
+ * go to (rank r % 2, a distinct token slot); every 5th valid row and every
+ * padding row has src_rank -1 and must not be written anywhere. */
+mm_test_result test_scatter(void) {
+  problem_desc d = small_desc(64, 128, 512, false);
+  problem p;
+  TRY_TEST(problem_make(&p, &d, test_seed() + 700));
+  const int64_t R = p.rows_cap, n = d.n;
+  mm_pool_row* rows = (mm_pool_row*)malloc(sizeof(mm_pool_row) * R);
+  int64_t slots = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const bool valid = row_expert(&p, (int)r) >= 0;
+    rows[r].src_rank = valid && (r % 5 != 0) ? (int)(r % 2) : -1;
+    rows[r].token_slot = -1;
+  }
+  /* Distinct slots per destination, in a scrambled order. */
+  for (int rank = 0; rank < 2; ++rank) {
+    int64_t next = 0;
+    for (int64_t i = 0; i < R; ++i) {
+      const int64_t r = (i * 7919) % R;
+      if (rows[r].src_rank == rank) rows[r].token_slot = (int)next++;
+    }
+    slots = next > slots ? next : slots;
+  }
+  mm_pool_row* d_rows = NULL;
+  uint16_t* d_dst[2] = {NULL, NULL};
+  CUDA_OK(cudaMalloc((void**)&d_rows, sizeof(mm_pool_row) * R));
+  CUDA_OK(cudaMemcpy(d_rows, rows, sizeof(mm_pool_row) * R, cudaMemcpyHostToDevice));
+  const int64_t dst_elems = (slots + 1) * n;
+  for (int i = 0; i < 2; ++i) CUDA_OK(cudaMalloc((void**)&d_dst[i], dst_elems * 2));
+  uint16_t* h_dst = (uint16_t*)malloc(dst_elems * 2);
+  uint16_t* want = (uint16_t*)malloc(dst_elems * 2);
+  outputs o;
+  TRY_TEST(outputs_alloc(&o, &p));
+  mm_test_result res = run_engine(run_wgmma, &p, MM_GEMM_OUT_BF16, MM_GEMM_TILE_128x256, 128, 0, 0.f, &o);
+  const uint16_t* dense = (const uint16_t*)o.h_d;
+  for (int t = 0; t < kNumTiles && res == MM_TEST_PASS; ++t) {
+    for (int i = 0; i < 2; ++i) CUDA_OK(cudaMemset(d_dst[i], 0xFF, dst_elems * 2));
+    mm_gemm_problem g = p.gp;
+    g.out_kind = MM_GEMM_OUT_BF16_SCATTER;
+    g.scatter.rows = d_rows;
+    g.scatter.dst_base[0] = (uint8_t*)d_dst[0];
+    g.scatter.dst_base[1] = (uint8_t*)d_dst[1];
+    CHECK_OK(mm_gemm_wgmma(&g, kTiles[t], 0));
+    CUDA_OK(cudaDeviceSynchronize());
+    for (int rank = 0; rank < 2 && res == MM_TEST_PASS; ++rank) {
+      for (int64_t i = 0; i < dst_elems; ++i) want[i] = 0xFFFF;
+      for (int64_t r = 0; r < R; ++r)
+        if (rows[r].src_rank == rank) memcpy(want + (int64_t)rows[r].token_slot * n, dense + r * n, n * 2);
+      CUDA_OK(cudaMemcpy(h_dst, d_dst[rank], dst_elems * 2, cudaMemcpyDeviceToHost));
+      if (memcmp(h_dst, want, dst_elems * 2) != 0) {
+        int64_t first = 0;
+        while (h_dst[first] == want[first]) ++first;
+        fprintf(stderr, "    scatter tile %s rank %d: element %lld (slot %lld) is 0x%04x, want 0x%04x\n",
+                mm_gemm_tile_name(kTiles[t]), rank, (long long)first, (long long)(first / n), h_dst[first],
+                want[first]);
+        res = MM_TEST_FAIL;
+      }
+    }
+  }
+  outputs_free(&o);
+  cudaFree(d_rows);
+  cudaFree(d_dst[0]);
+  cudaFree(d_dst[1]);
+  free(h_dst);
+  free(want);
+  free(rows);
+  problem_free(&p);
+  return res;
+}
+
+/* Writer of the rows-ready test: after `delay_ns`, copies A and its scales
+ * one 128-row block at a time (last block first) from the final buffers into
+ * the ones the GEMM reads, then publishes the block's row count: the stores,
+ * a CTA barrier, fence.proxy.async.global (TMA reads these rows next), and a
+ * release add. */
+__global__ void rows_writer_kernel(const uint8_t* a_src, const float* sf_src, uint8_t* a_dst, float* sf_dst,
+                                   int64_t rows_cap, int k, const int* block_rows, int blocks, int32_t* counters,
+                                   uint64_t delay_ns) {
+  const uint64_t t0 = mm_globaltimer_ns();
+  while (mm_globaltimer_ns() - t0 < delay_ns) {
+  }
+  const int L = k / 128;
+  for (int b = blocks - 1; b >= 0; --b) {
+    const int64_t r0 = (int64_t)b * 128;
+    for (int64_t i = threadIdx.x; i < 128 * (int64_t)k / 16; i += blockDim.x)
+      reinterpret_cast<uint4*>(a_dst + r0 * k)[i] = reinterpret_cast<const uint4*>(a_src + r0 * k)[i];
+    for (int64_t i = threadIdx.x; i < 128 * (int64_t)L; i += blockDim.x) {
+      const int64_t j = i / 128, r = r0 + i % 128;
+      sf_dst[j * rows_cap + r] = sf_src[j * rows_cap + r];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && block_rows[b] > 0) {
+      mm_fence_proxy_async_global();
+      mm_red_release_gpu_add_s32(counters + b, block_rows[b]);
+    }
+    __syncthreads();
+  }
+}
+
+/* Rows that arrive while the GEMM runs: the GEMM starts on garbage A rows
+ * with zero counters; a writer on another stream (another SM: the GEMM's
+ * grid is a few CTAs) fills them after 200 us. The output must be bitwise the
+ * output of a run on the final rows. Then the deadline: counters that never
+ * reach their target end in MEGAMOE_ERR_TIMEOUT at the rows-ready site, the
+ * kernel returns, nothing is written; and an error already recorded (a peer
+ * failed) makes the waits give up at once without a timeout of their own. */
+mm_test_result test_rows_ready(void) {
+  const int counts[] = {128, 77, 200, 1};
+  problem_desc d = small_desc(128, 128, 512, false);
+  d.num_experts = 4;
+  d.counts = counts;
+  d.spare = NULL;
+  d.tail_rows = 128;
+  d.n = 256;
+  problem p;
+  TRY_TEST(problem_make(&p, &d, test_seed() + 800));
+  const int64_t R = p.rows_cap, k = d.k, L = k / 128;
+  const int blocks = (int)(R / 128);
+  int* block_rows = (int*)calloc(blocks, sizeof(int));
+  for (int e = 0; e < d.num_experts; ++e)
+    for (int r = 0; r < p.count[e]; ++r) block_rows[(p.offset[e] + r) / 128]++;
+  int* d_block_rows = NULL;
+  int32_t* d_counters = NULL;
+  uint8_t* d_a = NULL;
+  float* d_sf = NULL;
+  mm_device_status* d_status = NULL;
+  CUDA_OK(cudaMalloc((void**)&d_block_rows, sizeof(int) * blocks));
+  CUDA_OK(cudaMemcpy(d_block_rows, block_rows, sizeof(int) * blocks, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMalloc((void**)&d_counters, sizeof(int32_t) * blocks));
+  CUDA_OK(cudaMalloc((void**)&d_a, R * k));
+  CUDA_OK(cudaMalloc((void**)&d_sf, sizeof(float) * L * R));
+  CUDA_OK(cudaMalloc((void**)&d_status, sizeof(mm_device_status)));
+  cudaStream_t s_gemm, s_writer;
+  CUDA_OK(cudaStreamCreateWithFlags(&s_gemm, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&s_writer, cudaStreamNonBlocking));
+  outputs o_ref, o;
+  TRY_TEST(outputs_alloc(&o_ref, &p));
+  TRY_TEST(outputs_alloc(&o, &p));
+  mm_test_result res = MM_TEST_PASS;
+  const int64_t out_bytes = R * d.n * 4;
+  const mm_gemm_tile tiles[] = {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128, MM_GEMM_TILE_128x128, MM_GEMM_TILE_64x256};
+  for (int t = 0; t < 4 && res == MM_TEST_PASS; ++t) {
+    res = run_engine(run_wgmma, &p, MM_GEMM_OUT_F32, tiles[t], 128, 0, 0.f, &o_ref);
+    if (res != MM_TEST_PASS) break;
+    /* Garbage rows (NaN codes included) and zero counters, then the race. */
+    CUDA_OK(cudaMemset(d_a, 0x7F, R * k));
+    CUDA_OK(cudaMemset(d_sf, 0xFF, sizeof(float) * L * R));
+    CUDA_OK(cudaMemset(d_counters, 0, sizeof(int32_t) * blocks));
+    CUDA_OK(cudaMemset(d_status, 0, sizeof(mm_device_status)));
+    CUDA_OK(cudaMemset(o.d, 0xFF, out_bytes));
+    CUDA_OK(cudaDeviceSynchronize());
+    mm_gemm_problem g = with_output(&p.gp, MM_GEMM_OUT_F32, o.d, NULL);
+    g.a = d_a;
+    g.a_sf = d_sf;
+    g.ready.counters = d_counters;
+    g.ready.base = 0;
+    g.ready.per_row = 1;
+    g.status = d_status;
+    g.timeout_ns = 10000000000ull;
+    CHECK_OK(mm_gemm_wgmma(&g, tiles[t], s_gemm));
+    rows_writer_kernel<<<1, 256, 0, s_writer>>>(p.d_a, p.d_a_sf, d_a, d_sf, R, (int)k, d_block_rows, blocks,
+                                                d_counters, 200000);
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    mm_device_status st;
+    CUDA_OK(cudaMemcpy(&st, d_status, sizeof st, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(o.h_d, o.d, out_bytes, cudaMemcpyDeviceToHost));
+    if (st.code != 0 || memcmp(o.h_d, o_ref.h_d, out_bytes) != 0) {
+      fprintf(stderr, "    rows-ready tile %s: status %d, output %s the run on final rows\n",
+              mm_gemm_tile_name(tiles[t]), st.code, memcmp(o.h_d, o_ref.h_d, out_bytes) ? "differs from" : "equals");
+      res = MM_TEST_FAIL;
+    }
+    /* The deadline fires: the counters stay at zero. */
+    for (int preset = 0; preset < 2 && res == MM_TEST_PASS; ++preset) {
+      mm_device_status init;
+      memset(&init, 0, sizeof init);
+      if (preset) init.code = MEGAMOE_ERR_PEER_FAILED;
+      CUDA_OK(cudaMemset(d_counters, 0, sizeof(int32_t) * blocks));
+      CUDA_OK(cudaMemcpy(d_status, &init, sizeof init, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemset(o.d, 0xFF, out_bytes));
+      g.timeout_ns = 20000000ull; /* 20 ms */
+      CHECK_OK(mm_gemm_wgmma(&g, tiles[t], s_gemm));
+      CUDA_OK(cudaStreamSynchronize(s_gemm));
+      CUDA_OK(cudaMemcpy(&st, d_status, sizeof st, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(o.h_d, o.d, out_bytes, cudaMemcpyDeviceToHost));
+      int64_t written = 0;
+      for (int64_t i = 0; i < out_bytes / 4; ++i) written += ((const uint32_t*)o.h_d)[i] != 0xFFFFFFFFu;
+      const int want_code = preset ? MEGAMOE_ERR_PEER_FAILED : MEGAMOE_ERR_TIMEOUT;
+      const int want_site = preset ? 0 : MM_SITE_GEMM_ROWS_READY;
+      if (st.code != want_code || st.where != want_site || written) {
+        fprintf(stderr, "    rows-ready deadline tile %s preset %d: status %d at site %d (want %d at %d), %lld elements written\n",
+                mm_gemm_tile_name(tiles[t]), preset, st.code, st.where, want_code, want_site, (long long)written);
+        res = MM_TEST_FAIL;
+      }
+    }
+  }
+  outputs_free(&o_ref);
+  outputs_free(&o);
+  cudaStreamDestroy(s_gemm);
+  cudaStreamDestroy(s_writer);
+  cudaFree(d_block_rows);
+  cudaFree(d_counters);
+  cudaFree(d_a);
+  cudaFree(d_sf);
+  cudaFree(d_status);
+  free(block_rows);
+  problem_free(&p);
+  return res;
+}
+
 }  // namespace
 
 extern "C" const mm_test mm_gemm_gpu_tests[] = {
@@ -936,5 +1275,9 @@ extern "C" const mm_test mm_gemm_gpu_tests[] = {
     {"gemm_wgmma_empty_and_one_row", test_empty_and_one_row},
     {"gemm_wgmma_vs_simple_large", test_vs_simple_large},
     {"gemm_wgmma_vs_cublaslt_large", test_vs_cublaslt_large},
+    {"gemm_wgmma_swiglu_g128_across_warpgroups", test_swiglu_g128_across_warpgroups},
+    {"gemm_wgmma_a_offset", test_a_offset},
+    {"gemm_wgmma_scatter", test_scatter},
+    {"gemm_wgmma_rows_ready", test_rows_ready},
     {NULL, NULL},
 };

@@ -1,19 +1,22 @@
 /* Grouped block-scaled FP8 GEMMs over the expert-major pool (C interface).
  *
- * Two engines implement the same contract (mm_gemm_problem in contract.h):
- *   simple: CUDA-core reference kernel, the oracle for the fast engine;
- *   wgmma:  the Hopper engine (TMA + mbarrier pipeline + wgmma), persistent.
- * Each has three outputs:
- *   MM_GEMM_OUT_F32   D fp32 [rows_cap, n]
- *   MM_GEMM_OUT_BF16  D bf16 [rows_cap, n] (round to nearest even)
- *   MM_GEMM_OUT_SWIGLU_FP8  the L1 epilogue: B is the prepared W1 (gate/up
- *                      64-row chunks interleaved, MM_W1_INTERLEAVE), n = 2I, output written
- *                      through mm_swiglu_epilogue (fp8 + per-group scales).
- * Only rows below expert_count[e] within each expert's range are written. */
+ * One problem description (contract.h, mm_gemm_problem: operands, rows,
+ * output kind, hooks), two engines:
+ *   simple: CUDA-core reference kernel, the oracle for the fast engine
+ *           (dense outputs and SwiGLU only, no hooks);
+ *   wgmma:  the Hopper engine (TMA + mbarrier pipeline + wgmma), persistent,
+ *           src/device/gemm/ (config, mainloop, epilogues, kernel) and
+ *           src/device/sched/ (tile schedulers).
+ *
+ * The wgmma engine runs from a plan: mm_gemm_plan_make checks the problem,
+ * picks the tile, checks shared memory and encodes the tensor maps once (the
+ * layer makes its plans when the weights are set); mm_gemm_plan_launch only
+ * launches. mm_gemm_wgmma does both, for tests and one-off calls. */
 #ifndef MEGAMOE_GEMM_H
 #define MEGAMOE_GEMM_H
 
 #include <cuda_runtime_api.h>
+#include <stdint.h>
 
 #include "contract.h"
 #include "megamoe.h"
@@ -22,33 +25,95 @@
 extern "C" {
 #endif
 
-typedef enum mm_gemm_output {
-  MM_GEMM_OUT_F32 = 0,
-  MM_GEMM_OUT_BF16 = 1,
-  MM_GEMM_OUT_SWIGLU_FP8 = 2
-} mm_gemm_output;
+/* Experts of one grouped problem (the scheduler keeps per-expert arrays in
+ * shared memory). */
+#define MM_GEMM_MAX_EXPERTS 1024
 
 typedef enum mm_gemm_engine {
   MM_GEMM_ENGINE_SIMPLE = 0,
   MM_GEMM_ENGINE_WGMMA = 1
 } mm_gemm_engine;
 
-/* Checks the problem's host-visible fields (dimensions, alignment, pointers). */
-megamoe_status mm_gemm_check(const mm_gemm_problem* p, mm_gemm_output out, const void* d,
-                             const mm_swiglu_epilogue* swiglu);
+/* A problem with operands and rows set, output MM_GEMM_OUT_F32 into d = NULL,
+ * no hooks, no status record, the default deadline. The caller then sets
+ * out_kind and the output fields it uses. */
+mm_gemm_problem mm_gemm_problem_make(const uint8_t* a, const float* a_sf, int32_t a_sf_block,
+                                     const uint8_t* b, const float* b_sf, int32_t b_sf_block_n,
+                                     const int32_t* expert_offset, const int32_t* expert_count,
+                                     int32_t num_experts, int32_t rows_cap, int32_t n, int32_t k);
 
-/* d: output for F32/BF16 (ignored for SWIGLU_FP8, which writes swiglu->out/out_sf). */
-megamoe_status mm_gemm_simple(const mm_gemm_problem* p, mm_gemm_output out, void* d,
-                              const mm_swiglu_epilogue* swiglu, cudaStream_t stream);
+/* Checks the problem's host-visible fields (dimensions, alignment, pointers,
+ * the output's fields). Common to both engines. */
+megamoe_status mm_gemm_check(const mm_gemm_problem* p);
 
-megamoe_status mm_gemm_wgmma(const mm_gemm_problem* p, mm_gemm_output out, void* d,
-                             const mm_swiglu_epilogue* swiglu, cudaStream_t stream);
+/* ---- wgmma engine tiles ---------------------------------------------------
+ * BM x BN, two math warpgroups. "Row split": the warpgroups take BM / 2 rows
+ * each; "column split": BN / 2 columns each. A warpgroup computes waves of
+ * 64 rows x 128 columns (m64n128k32 wgmma chains).
+ *   128x256   row split, 2 waves per warpgroup          SwiGLU G = 128 (pair inside a warpgroup)
+ *   256x128   row split, 2 waves per warpgroup, TMA-store bf16 epilogue
+ *   128x128   row split, 1 wave, two partial accumulators: the next K block's
+ *             wgmmas run while the previous block is promoted
+ *   64x256    column split, 1 wave, two partial accumulators (decode sizes);
+ *             SwiGLU G = 128 with the amax exchanged between the warpgroups */
+typedef enum mm_gemm_tile {
+  MM_GEMM_TILE_AUTO = 0,
+  MM_GEMM_TILE_128x256 = 1,
+  MM_GEMM_TILE_256x128 = 2,
+  MM_GEMM_TILE_128x128 = 3,
+  MM_GEMM_TILE_64x256 = 4,
+  /* Diagnostic: 128x128 with one partial accumulator (every K block's
+   * wgmmas wait before its promotion), bf16 output only; measures what the
+   * second partial accumulator buys (bench-gemm --tiles). */
+  MM_GEMM_TILE_128x128_1P = 5,
+  MM_GEMM_TILE_COUNT
+} mm_gemm_tile;
+
+const char* mm_gemm_tile_name(mm_gemm_tile tile);
+/* Columns of a tile (n must be a multiple of it); 0 for AUTO or unknown. */
+int mm_gemm_tile_width(mm_gemm_tile tile);
+
+/* The tile the engine picks for a problem whose experts hold at most
+ * rows_per_expert valid rows (the layer passes its estimate from the call's
+ * token bound; 0: unknown, use the pool capacity). Never AUTO. */
+mm_gemm_tile mm_gemm_pick_tile(const mm_gemm_problem* p, int64_t rows_per_expert);
+
+/* Whether `tile` can run this output kind / A-scale block / expert count
+ * within the device's shared memory (bytes needed in *smem_bytes). Pure host
+ * arithmetic plus one device attribute query. */
+megamoe_status mm_gemm_tile_check(mm_gemm_tile tile, int32_t out_kind, int32_t a_sf_block,
+                                  int32_t swiglu_group, int32_t num_experts, uint32_t* smem_bytes);
+
+/* A launch-ready wgmma GEMM. Opaque storage for the four tensor maps
+ * (CUtensorMap: 128 bytes, 128-byte aligned) keeps this header free of the
+ * driver API. */
+#ifdef __cplusplus
+#define MM_ALIGN128 alignas(128)
+#else
+#define MM_ALIGN128 _Alignas(128)
+#endif
+typedef struct mm_gemm_plan {
+  MM_ALIGN128 unsigned char maps[4][128]; /* A, B, A scales, D (TMA-store epilogue) */
+  mm_gemm_problem problem;
+  mm_gemm_tile tile;
+  int32_t kernel;      /* index of the kernel instantiation */
+  int32_t grid;
+  uint32_t smem_bytes;
+} mm_gemm_plan;
+
+megamoe_status mm_gemm_plan_make(const mm_gemm_problem* p, mm_gemm_tile tile, mm_gemm_plan* plan);
+megamoe_status mm_gemm_plan_launch(const mm_gemm_plan* plan, cudaStream_t stream);
+
+/* Plan + launch in one call (tile AUTO: mm_gemm_pick_tile with the pool capacity). */
+megamoe_status mm_gemm_wgmma(const mm_gemm_problem* p, mm_gemm_tile tile, cudaStream_t stream);
+
+/* The CUDA-core oracle: F32, BF16 and SWIGLU_FP8 outputs; no hooks. */
+megamoe_status mm_gemm_simple(const mm_gemm_problem* p, cudaStream_t stream);
 
 static inline megamoe_status mm_gemm_run(mm_gemm_engine engine, const mm_gemm_problem* p,
-                                         mm_gemm_output out, void* d,
-                                         const mm_swiglu_epilogue* swiglu, cudaStream_t stream) {
-  return engine == MM_GEMM_ENGINE_WGMMA ? mm_gemm_wgmma(p, out, d, swiglu, stream)
-                                        : mm_gemm_simple(p, out, d, swiglu, stream);
+                                         cudaStream_t stream) {
+  return engine == MM_GEMM_ENGINE_WGMMA ? mm_gemm_wgmma(p, MM_GEMM_TILE_AUTO, stream)
+                                        : mm_gemm_simple(p, stream);
 }
 
 #ifdef __cplusplus

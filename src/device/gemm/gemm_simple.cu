@@ -184,15 +184,17 @@ cudaError_t launch(const mm_gemm_problem& p, mm_gemm_output out, void* d,
 
 }  // namespace
 
-extern "C" megamoe_status mm_gemm_simple(const mm_gemm_problem* p, mm_gemm_output out, void* d,
-                                         const mm_swiglu_epilogue* swiglu, cudaStream_t stream) {
-  MM_TRY(mm_gemm_check(p, out, d, swiglu));
-  mm_swiglu_epilogue sw{};
-  if (swiglu) sw = *swiglu;
+extern "C" megamoe_status mm_gemm_simple(const mm_gemm_problem* p, cudaStream_t stream) {
+  MM_TRY(mm_gemm_check(p));
+  if (p->out_kind == MM_GEMM_OUT_BF16_SCATTER || p->ready.counters || p->expert_a_offset)
+    return mm_fail(MEGAMOE_ERR_NOT_IMPLEMENTED,
+                   "gemm_simple: the oracle engine has no scatter output, rows-ready wait or separate A rows");
+  const mm_gemm_output out = (mm_gemm_output)p->out_kind;
+  const mm_swiglu_epilogue& sw = p->swiglu;
   cudaError_t err;
-  if (out != MM_GEMM_OUT_SWIGLU_FP8) err = launch<1>(*p, out, d, sw, stream);
-  else if (sw.group == 64) err = launch<2>(*p, out, d, sw, stream);
-  else err = launch<4>(*p, out, d, sw, stream);
+  if (out != MM_GEMM_OUT_SWIGLU_FP8) err = launch<1>(*p, out, p->d, sw, stream);
+  else if (sw.group == 64) err = launch<2>(*p, out, p->d, sw, stream);
+  else err = launch<4>(*p, out, p->d, sw, stream);
   if (err != cudaSuccess)
     return mm_fail(MEGAMOE_ERR_CUDA, "gemm_simple launch: %s", cudaGetErrorString(err));
   return MEGAMOE_OK;

@@ -1,16 +1,20 @@
-/* Whole-kernel launcher of the Hopper FP8 GEMM engine (gemm_wgmma.cuh):
- * problem checks, tensor maps (cuTensorMapEncodeTiled through the runtime's
- * driver entry point, no -lcuda), tile choice, launch. */
+/* Launcher of the Hopper FP8 GEMM engine: problem checks, tile choice,
+ * shared-memory checks, tensor maps (cuTensorMapEncodeTiled through the
+ * runtime's driver entry point, no -lcuda), all once per plan; then launches. */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
-#include "gemm/gemm_wgmma.cuh"
+#include "gemm/gemm.h"
+#include "gemm/gemm_kernel.cuh"
 
 extern "C" {
 #include "host/errors.h"
 }
+
+static_assert(sizeof(CUtensorMap) == 128 && alignof(CUtensorMap) <= 128, "mm_gemm_plan map storage");
 
 namespace {
 
@@ -44,290 +48,297 @@ megamoe_status get_encode(encode_tiled_fn* out) {
 
 /* 2D tensor map over a row-major [rows, cols] array with row stride
  * row_bytes, box [box_rows, box_cols]. */
-megamoe_status make_map_2d(CUtensorMap* map, const char* what, CUtensorMapDataType dtype, const void* base,
-                           uint64_t cols, uint64_t rows, uint64_t row_bytes, uint32_t box_cols,
-                           uint32_t box_rows, CUtensorMapSwizzle swizzle) {
+megamoe_status make_map_2d(void* out, const char* what, CUtensorMapDataType dtype, const void* base, uint64_t cols,
+                           uint64_t rows, uint64_t row_bytes, uint32_t box_cols, uint32_t box_rows,
+                           CUtensorMapSwizzle swizzle) {
   encode_tiled_fn encode = nullptr;
   MM_TRY(get_encode(&encode));
   const cuuint64_t dims[2] = {cols, rows};
   const cuuint64_t strides[1] = {row_bytes};
   const cuuint32_t box[2] = {box_cols, box_rows};
   const cuuint32_t estrides[2] = {1, 1};
-  CUresult r = encode(map, dtype, 2, const_cast<void*>(base), dims, strides, box, estrides,
-                      CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+  CUresult r = encode(static_cast<CUtensorMap*>(out), dtype, 2, const_cast<void*>(base), dims, strides, box,
+                      estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return mm_fail(MEGAMOE_ERR_CUDA,
-                   "cuTensorMapEncodeTiled(%s: %llu x %llu, row %llu B, box %u x %u) failed with CUresult %d",
-                   what, (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)row_bytes,
-                   box_rows, box_cols, (int)r);
+                   "cuTensorMapEncodeTiled(%s: %llu x %llu, row %llu B, box %u x %u) failed with CUresult %d", what,
+                   (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)row_bytes, box_rows,
+                   box_cols, (int)r);
   return MEGAMOE_OK;
 }
 
 int aligned(const void* p, uintptr_t a) { return ((uintptr_t)p % a) == 0; }
 
-/* Kernel variants of one tile shape. */
-enum { VARIANT_PLAIN = 0, VARIANT_SKEW = 1, VARIANT_SKEW_TMA = 2 };
+/* The tile table. */
+struct tile_desc {
+  const char* name;
+  int bm, bn;
+  int swiglu_g128; /* the tile holds a whole 128-column group of a-columns in one warpgroup or across both */
+  mm_gemm_kernel_ref (*lookup)(int a_sf_block, int out_kind, int num_experts);
+};
 
-/* Launches one instantiation. kVariant: VARIANT_PLAIN (mm_gemm_wgmma_kernel),
- * VARIANT_SKEW or VARIANT_SKEW_TMA (mm_gemm_wgmma_skew_kernel without / with
- * the TMA-store epilogue; the latter bf16 only, Cfg with the staging area). */
-template <class Cfg, int kOut, int kVariant>
-megamoe_status launch_cfg(const mm_gemm_problem* p, const mm_gemm_dev_args& args, cudaStream_t stream) {
-  CUtensorMap tm_a, tm_b, tm_sfa, tm_d;
-  MM_TRY(make_map_2d(&tm_a, "A", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->a, (uint64_t)p->k, (uint64_t)p->rows_cap,
-                     (uint64_t)p->k, MM_GEMM_BLOCK_K, Cfg::BM, CU_TENSOR_MAP_SWIZZLE_128B));
-  MM_TRY(make_map_2d(&tm_b, "B", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->b, (uint64_t)p->k,
-                     (uint64_t)p->num_experts * (uint64_t)p->n, (uint64_t)p->k, MM_GEMM_BLOCK_K, Cfg::BN,
-                     CU_TENSOR_MAP_SWIZZLE_128B));
-  MM_TRY(make_map_2d(&tm_sfa, "A_sf", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p->a_sf, (uint64_t)p->rows_cap,
-                     (uint64_t)(p->k / p->a_sf_block), (uint64_t)p->rows_cap * 4u, Cfg::BM, Cfg::kPromo,
-                     CU_TENSOR_MAP_SWIZZLE_NONE));
-  if (kVariant == VARIANT_SKEW_TMA) {
-    MM_TRY(make_map_2d(&tm_d, "D", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.d, (uint64_t)p->n, (uint64_t)p->rows_cap,
-                       (uint64_t)p->n * 2u, 64, Cfg::BM, CU_TENSOR_MAP_SWIZZLE_128B));
-  } else {
-    tm_d = tm_a; /* unused */
-  }
+const tile_desc kTiles[MM_GEMM_TILE_COUNT] = {
+    {"auto", 0, 0, 0, nullptr},
+    {"128x256", 128, 256, 1, mm_gemm_lookup_128x256},
+    {"256x128", 256, 128, 0, mm_gemm_lookup_256x128},
+    {"128x128", 128, 128, 0, mm_gemm_lookup_128x128},
+    {"64x256", 64, 256, 1, mm_gemm_lookup_64x256},
+    {"128x128-1p", 128, 128, 0, mm_gemm_lookup_128x128_1p},
+};
 
-  int dev = 0, sms = 0, smem_optin = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (err != cudaSuccess) return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: device query: %s", cudaGetErrorString(err));
-
-  const uint32_t smem = mm_gemm_smem_bytes<Cfg>(p->num_experts);
-  if ((int64_t)smem > (int64_t)smem_optin)
-    return mm_fail(MEGAMOE_ERR_UNSUPPORTED_DEVICE,
-                   "gemm_wgmma: tile %dx%d needs %u B of shared memory per block, the device allows %d",
-                   Cfg::BM, Cfg::BN, smem, smem_optin);
-
-  /* Upper bound of the tile count (each expert wastes at most one partial m-tile). */
-  const int64_t max_tiles = ((int64_t)p->rows_cap / Cfg::BM + p->num_experts) * (p->n / Cfg::BN);
-  const int grid = (int)(max_tiles < sms ? max_tiles : sms);
-  if constexpr (kVariant == VARIANT_PLAIN) {
-    auto kernel = mm_gemm_wgmma_kernel<Cfg, kOut>;
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess)
-      return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: cudaFuncSetAttribute(%u B): %s", smem, cudaGetErrorString(err));
-    kernel<<<grid, MM_GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_sfa, args);
-  } else {
-    auto kernel = mm_gemm_wgmma_skew_kernel<Cfg, kOut, kVariant == VARIANT_SKEW_TMA>;
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess)
-      return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: cudaFuncSetAttribute(%u B): %s", smem, cudaGetErrorString(err));
-    kernel<<<grid, MM_GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_sfa, tm_d, args);
-  }
-  err = cudaGetLastError();
-  if (err != cudaSuccess)
-    return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: launch (tile %dx%d, grid %d, smem %u): %s", Cfg::BM, Cfg::BN,
-                   grid, smem, cudaGetErrorString(err));
-  return MEGAMOE_OK;
+const tile_desc* tile_of(mm_gemm_tile t) {
+  return (t > MM_GEMM_TILE_AUTO && t < MM_GEMM_TILE_COUNT) ? &kTiles[t] : nullptr;
 }
 
-/* kVariant VARIANT_SKEW_TMA: the bf16 output takes the TMA-store kernel (its
- * Cfg with the staging area) when d is 16-byte aligned; every other case the
- * plain skewed kernel. */
-template <class Cfg, int kVariant>
-megamoe_status launch_out(const mm_gemm_problem* p, mm_gemm_output out, const mm_gemm_dev_args& args,
-                          cudaStream_t stream) {
-  constexpr int kV = kVariant == VARIANT_SKEW_TMA ? VARIANT_SKEW : kVariant;
-  switch (out) {
-    case MM_GEMM_OUT_F32: return launch_cfg<Cfg, MM_GEMM_OUT_KIND_F32, kV>(p, args, stream);
-    case MM_GEMM_OUT_BF16:
-      if constexpr (kVariant == VARIANT_SKEW_TMA) {
-        if (aligned(args.d, 16)) {
-          using CfgT = mm_gemm_cfg<Cfg::BM, Cfg::BN, Cfg::kSplitN, Cfg::kPromo, Cfg::BM * Cfg::BN * 2>;
-          return launch_cfg<CfgT, MM_GEMM_OUT_KIND_BF16, VARIANT_SKEW_TMA>(p, args, stream);
-        }
-      }
-      return launch_cfg<Cfg, MM_GEMM_OUT_KIND_BF16, kV>(p, args, stream);
-    case MM_GEMM_OUT_SWIGLU_FP8: return launch_cfg<Cfg, MM_GEMM_OUT_KIND_SWIGLU, kV>(p, args, stream);
-  }
-  return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm output kind %d", (int)out);
-}
-
-template <int BM, int BN, bool kSplitN, int kVariant = VARIANT_PLAIN>
-megamoe_status launch_tile(const mm_gemm_problem* p, mm_gemm_output out, const mm_gemm_dev_args& args,
-                           cudaStream_t stream) {
-  if (p->a_sf_block == 128) return launch_out<mm_gemm_cfg<BM, BN, kSplitN, 1>, kVariant>(p, out, args, stream);
-  return launch_out<mm_gemm_cfg<BM, BN, kSplitN, 2>, kVariant>(p, out, args, stream);
-}
-
-}  // namespace
-
-extern "C" const char* mm_gemm_tile_name(mm_gemm_tile tile) {
-  switch (tile) {
-    case MM_GEMM_TILE_AUTO: return "auto";
-    case MM_GEMM_TILE_128x256: return "128x256";
-    case MM_GEMM_TILE_256x128: return "256x128";
-    case MM_GEMM_TILE_128x128: return "128x128";
-    case MM_GEMM_TILE_64x256: return "64x256";
-    case MM_GEMM_TILE_128x256_SKEW: return "128x256s";
-    case MM_GEMM_TILE_256x128_SKEW: return "256x128s";
-    case MM_GEMM_TILE_128x128_SKEW: return "128x128s";
-    case MM_GEMM_TILE_128x256_SKEW_TMA: return "128x256t";
-    case MM_GEMM_TILE_256x128_SKEW_TMA: return "256x128t";
-    case MM_GEMM_TILE_128x128_SKEW_TMA: return "128x128t";
-    case MM_GEMM_TILE_COUNT: break;
+const char* out_name(int out_kind) {
+  switch (out_kind) {
+    case MM_GEMM_OUT_F32: return "fp32";
+    case MM_GEMM_OUT_BF16: return "bf16";
+    case MM_GEMM_OUT_SWIGLU_FP8: return "swiglu-fp8";
+    case MM_GEMM_OUT_BF16_SCATTER: return "bf16-scatter";
   }
   return "?";
 }
 
-extern "C" int mm_gemm_tile_width(mm_gemm_tile tile) {
-  switch (tile) {
-    case MM_GEMM_TILE_128x256:
-    case MM_GEMM_TILE_64x256:
-    case MM_GEMM_TILE_128x256_SKEW:
-    case MM_GEMM_TILE_128x256_SKEW_TMA: return 256;
-    case MM_GEMM_TILE_256x128:
-    case MM_GEMM_TILE_128x128:
-    case MM_GEMM_TILE_256x128_SKEW:
-    case MM_GEMM_TILE_128x128_SKEW:
-    case MM_GEMM_TILE_256x128_SKEW_TMA:
-    case MM_GEMM_TILE_128x128_SKEW_TMA: return 128;
-    case MM_GEMM_TILE_AUTO:
-    case MM_GEMM_TILE_COUNT: break;
-  }
-  return 0;
+megamoe_status device_smem_optin(int* optin) {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err != cudaSuccess) return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: device query: %s", cudaGetErrorString(err));
+  return MEGAMOE_OK;
 }
 
-extern "C" megamoe_status mm_gemm_check(const mm_gemm_problem* p, mm_gemm_output out, const void* d,
-                                        const mm_swiglu_epilogue* swiglu) {
+megamoe_status device_sms(int* sms) {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+  if (err != cudaSuccess) return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: device query: %s", cudaGetErrorString(err));
+  return MEGAMOE_OK;
+}
+
+}  // namespace
+
+extern "C" mm_gemm_problem mm_gemm_problem_make(const uint8_t* a, const float* a_sf, int32_t a_sf_block,
+                                                const uint8_t* b, const float* b_sf, int32_t b_sf_block_n,
+                                                const int32_t* expert_offset, const int32_t* expert_count,
+                                                int32_t num_experts, int32_t rows_cap, int32_t n, int32_t k) {
+  mm_gemm_problem p;
+  memset(&p, 0, sizeof p);
+  p.a = a;
+  p.a_sf = a_sf;
+  p.a_sf_block = a_sf_block;
+  p.b = b;
+  p.b_sf = b_sf;
+  p.b_sf_block_n = b_sf_block_n;
+  p.expert_offset = expert_offset;
+  p.expert_count = expert_count;
+  p.num_experts = num_experts;
+  p.rows_cap = rows_cap;
+  p.n = n;
+  p.k = k;
+  p.out_kind = MM_GEMM_OUT_F32;
+  p.swiglu.group = 128;
+  p.timeout_ns = MM_GEMM_DEFAULT_TIMEOUT_NS;
+  return p;
+}
+
+extern "C" const char* mm_gemm_tile_name(mm_gemm_tile tile) {
+  const tile_desc* t = tile_of(tile);
+  return t ? t->name : tile == MM_GEMM_TILE_AUTO ? "auto" : "?";
+}
+
+extern "C" int mm_gemm_tile_width(mm_gemm_tile tile) {
+  const tile_desc* t = tile_of(tile);
+  return t ? t->bn : 0;
+}
+
+extern "C" megamoe_status mm_gemm_check(const mm_gemm_problem* p) {
   MM_CHECK_NULL(p, "gemm problem");
   if (!p->a || !p->a_sf || !p->b || !p->b_sf || !p->expert_offset || !p->expert_count)
     return mm_fail(MEGAMOE_ERR_NULL_POINTER, "gemm problem: an operand pointer (a, a_sf, b, b_sf, "
                    "expert_offset or expert_count) is NULL");
-  if (p->num_experts < 1 || p->num_experts > MEGAMOE_MAX_LOCAL_EXPERTS)
+  if (p->num_experts < 1 || p->num_experts > MM_GEMM_MAX_EXPERTS)
     return mm_fail(MEGAMOE_ERR_BAD_EXPERTS, "gemm problem: num_experts = %d outside [1, %d]", p->num_experts,
-                   MEGAMOE_MAX_LOCAL_EXPERTS);
+                   MM_GEMM_MAX_EXPERTS);
   if (p->rows_cap <= 0 || p->rows_cap % MM_POOL_ROW_ALIGN)
     return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: rows_cap = %d must be a positive multiple of %d",
                    p->rows_cap, MM_POOL_ROW_ALIGN);
   if (p->n <= 0 || p->n % 128 || p->k <= 0 || p->k % 128)
-    return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm problem: n = %d and k = %d must be positive multiples of 128",
-                   p->n, p->k);
+    return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm problem: n = %d and k = %d must be positive multiples of 128", p->n,
+                   p->k);
   if ((int64_t)p->num_experts * p->n > INT32_MAX)
     return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm problem: num_experts * n = %lld does not fit in 31 bits",
                    (long long)p->num_experts * p->n);
+  if (((int64_t)p->rows_cap / 64 + p->num_experts) * (p->n / 128) > INT32_MAX)
+    return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm problem: too many tiles (rows_cap %d, n %d)", p->rows_cap, p->n);
   if (p->a_sf_block != 64 && p->a_sf_block != 128)
     return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: a_sf_block = %d (want 64 or 128)", p->a_sf_block);
   if (p->b_sf_block_n != 64 && p->b_sf_block_n != 128)
     return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: b_sf_block_n = %d (want 64 or 128)", p->b_sf_block_n);
-  switch (out) {
+  if (p->timeout_ns == 0)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: timeout_ns = 0");
+  if (p->ready.counters && (p->ready.per_row < 0 || !aligned(p->ready.counters, 4)))
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: ready.per_row = %d (>= 0) / counters alignment",
+                   p->ready.per_row);
+  /* TMA: global addresses 16-byte aligned; row strides are multiples of 16. */
+  if (!aligned(p->a, 16) || !aligned(p->b, 16) || !aligned(p->a_sf, 16))
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: a, b and a_sf must be 16-byte aligned");
+  if (!aligned(p->b_sf, 4) || !aligned(p->expert_offset, 4) || !aligned(p->expert_count, 4) ||
+      !aligned(p->expert_a_offset, 4))
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: b_sf and the expert arrays must be 4-byte aligned");
+  switch (p->out_kind) {
     case MM_GEMM_OUT_F32:
-    case MM_GEMM_OUT_BF16:
-      MM_CHECK_NULL(d, "gemm output d");
+      MM_CHECK_NULL(p->d, "gemm problem: d");
+      if (!aligned(p->d, 8)) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: fp32 d must be 8-byte aligned");
       break;
-    case MM_GEMM_OUT_SWIGLU_FP8:
-      MM_CHECK_NULL(swiglu, "swiglu epilogue");
-      if (!swiglu->row_weight || !swiglu->out || !swiglu->out_sf)
-        return mm_fail(MEGAMOE_ERR_NULL_POINTER, "swiglu epilogue: row_weight, out or out_sf is NULL");
-      if (swiglu->group != 64 && swiglu->group != 128)
-        return mm_fail(MEGAMOE_ERR_BAD_QUANT_GROUP, "swiglu epilogue: group = %d (want 64 or 128)", swiglu->group);
-      if ((p->n / 2) % swiglu->group)
-        return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "swiglu epilogue: n / 2 = %d is not a multiple of the group %d",
-                       p->n / 2, swiglu->group);
-      if (swiglu->has_clamp && !(swiglu->clamp > 0.f && isfinite(swiglu->clamp)))
-        return mm_fail(MEGAMOE_ERR_BAD_CLAMP, "swiglu epilogue: clamp = %g", (double)swiglu->clamp);
+    case MM_GEMM_OUT_BF16:
+      MM_CHECK_NULL(p->d, "gemm problem: d");
+      if (!aligned(p->d, 16))
+        return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: bf16 d must be 16-byte aligned (TMA stores)");
+      break;
+    case MM_GEMM_OUT_SWIGLU_FP8: {
+      const mm_swiglu_epilogue* s = &p->swiglu;
+      if (!s->row_weight || !s->out || !s->out_sf)
+        return mm_fail(MEGAMOE_ERR_NULL_POINTER, "gemm problem: swiglu row_weight, out or out_sf is NULL");
+      if (s->group != 64 && s->group != 128)
+        return mm_fail(MEGAMOE_ERR_BAD_QUANT_GROUP, "gemm problem: swiglu group = %d (want 64 or 128)", s->group);
+      if ((p->n / 2) % s->group)
+        return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm problem: n / 2 = %d is not a multiple of the swiglu group %d",
+                       p->n / 2, s->group);
+      if (p->b_sf_block_n != MM_W1_INTERLEAVE)
+        return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
+                       "gemm problem: the swiglu epilogue reads the prepared W1 (b_sf_block_n %d, not %d)",
+                       p->b_sf_block_n, MM_W1_INTERLEAVE);
+      if (s->has_clamp && !(s->clamp > 0.f && isfinite(s->clamp)))
+        return mm_fail(MEGAMOE_ERR_BAD_CLAMP, "gemm problem: swiglu clamp = %g", (double)s->clamp);
+      if (!aligned(s->out, 2) || !aligned(s->out_sf, 4) || !aligned(s->row_weight, 4))
+        return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: swiglu out / out_sf / row_weight misaligned");
+      break;
+    }
+    case MM_GEMM_OUT_BF16_SCATTER:
+      MM_CHECK_NULL(p->scatter.rows, "gemm problem: scatter.rows");
+      if (!aligned(p->scatter.rows, 8))
+        return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: scatter.rows must be 8-byte aligned");
+      for (int r = 0; r < MM_MAX_RANKS; ++r)
+        if (!aligned(p->scatter.dst_base[r], 16))
+          return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: scatter.dst_base[%d] must be 16-byte aligned", r);
       break;
     default:
-      return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm output kind %d", (int)out);
+      return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: out_kind = %d", (int)p->out_kind);
   }
   return MEGAMOE_OK;
 }
 
-extern "C" mm_gemm_tile mm_gemm_wgmma_pick_tile(const mm_gemm_problem* p, mm_gemm_output out,
-                                                const mm_swiglu_epilogue* swiglu) {
-  if (out == MM_GEMM_OUT_SWIGLU_FP8 && swiglu && swiglu->group == 128) return MM_GEMM_TILE_128x256;
-  /* Rows per expert are only known on the device; the pool capacity per
-   * expert bounds them. Decode-sized pools (<= 128 rows per expert): the
-   * 64-row tile wastes the least tensor work and streams the weights the same. */
-  const int64_t per_expert = p->num_experts > 0 ? (int64_t)p->rows_cap / p->num_experts : 0;
-  if (per_expert <= 128 && p->n % 256 == 0) return MM_GEMM_TILE_64x256;
-  /* bf16 output with larger pools: the TMA-store epilogue measured best on the
-   * H200 (docs/PERF.md, engine v2: 1126 vs 1004 TFLOP/s at M 16384, N = K = 4096). */
-  if (out == MM_GEMM_OUT_BF16) return MM_GEMM_TILE_256x128_SKEW_TMA;
-  if (p->n % 256 == 0) return MM_GEMM_TILE_128x256;
-  return MM_GEMM_TILE_256x128;
-}
-
-extern "C" megamoe_status mm_gemm_wgmma_tiled(const mm_gemm_problem* p, mm_gemm_output out, void* d,
-                                              const mm_swiglu_epilogue* swiglu, mm_gemm_tile tile,
-                                              cudaStream_t stream) {
-  MM_TRY(mm_gemm_check(p, out, d, swiglu));
-  if (tile == MM_GEMM_TILE_AUTO) tile = mm_gemm_wgmma_pick_tile(p, out, swiglu);
-  if (tile <= MM_GEMM_TILE_AUTO || tile >= MM_GEMM_TILE_COUNT)
-    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: tile %d", (int)tile);
-  const int bn = mm_gemm_tile_width(tile);
-  if (p->n % bn)
-    return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm_wgmma: n = %d is not a multiple of the tile width %d (tile %s)",
-                   p->n, bn, mm_gemm_tile_name(tile));
-  if (out == MM_GEMM_OUT_SWIGLU_FP8 && swiglu->group == 128 && tile != MM_GEMM_TILE_128x256 &&
-      tile != MM_GEMM_TILE_128x256_SKEW && tile != MM_GEMM_TILE_128x256_SKEW_TMA)
-    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: SwiGLU group 128 needs a 128x256 tile, not %s",
-                   mm_gemm_tile_name(tile));
-  if (p->num_experts > MM_GEMM_MAX_EXPERTS)
-    return mm_fail(MEGAMOE_ERR_BAD_EXPERTS, "gemm_wgmma: num_experts = %d above %d", p->num_experts,
+extern "C" megamoe_status mm_gemm_tile_check(mm_gemm_tile tile, int32_t out_kind, int32_t a_sf_block,
+                                             int32_t swiglu_group, int32_t num_experts, uint32_t* smem_bytes) {
+  const tile_desc* t = tile_of(tile);
+  if (!t) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: tile %d", (int)tile);
+  if (num_experts < 1 || num_experts > MM_GEMM_MAX_EXPERTS)
+    return mm_fail(MEGAMOE_ERR_BAD_EXPERTS, "gemm_wgmma: num_experts = %d outside [1, %d]", num_experts,
                    MM_GEMM_MAX_EXPERTS);
-  /* TMA: global addresses 16-byte aligned; row strides are multiples of 16. */
-  if (!aligned(p->a, 16) || !aligned(p->b, 16) || !aligned(p->a_sf, 16))
-    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: a, b and a_sf must be 16-byte aligned");
-  if (!aligned(p->b_sf, 4) || !aligned(p->expert_offset, 4) || !aligned(p->expert_count, 4))
-    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: b_sf and the expert arrays must be 4-byte aligned");
-  if (out == MM_GEMM_OUT_F32 && !aligned(d, 8))
-    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: fp32 output must be 8-byte aligned");
-  if (out == MM_GEMM_OUT_BF16 && !aligned(d, 4))
-    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: bf16 output must be 4-byte aligned");
-  if (out == MM_GEMM_OUT_SWIGLU_FP8 &&
-      (!aligned(swiglu->out, 2) || !aligned(swiglu->out_sf, 4) || !aligned(swiglu->row_weight, 4)))
-    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: swiglu out / out_sf / row_weight misaligned");
-  /* Tile indices are int32 on the device. */
-  if (((int64_t)p->rows_cap / 64 + p->num_experts) * (p->n / 128) > INT32_MAX)
-    return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm_wgmma: too many tiles (rows_cap %d, n %d)", p->rows_cap, p->n);
-
-  mm_gemm_dev_args args;
-  args.b_sf = p->b_sf;
-  args.expert_offset = p->expert_offset;
-  args.expert_count = p->expert_count;
-  args.num_experts = p->num_experts;
-  args.rows_cap = p->rows_cap;
-  args.n = p->n;
-  args.k = p->k;
-  args.b_sf_block_n = p->b_sf_block_n;
-  args.d = d;
-  args.row_weight = nullptr;
-  args.out = nullptr;
-  args.out_sf = nullptr;
-  args.group = 128;
-  args.has_clamp = 0;
-  args.clamp = 0.f;
-  if (out == MM_GEMM_OUT_SWIGLU_FP8) {
-    args.row_weight = swiglu->row_weight;
-    args.out = swiglu->out;
-    args.out_sf = swiglu->out_sf;
-    args.group = swiglu->group;
-    args.has_clamp = swiglu->has_clamp ? 1 : 0;
-    args.clamp = swiglu->clamp;
-  }
-
-  switch (tile) {
-    case MM_GEMM_TILE_128x256: return launch_tile<128, 256, false>(p, out, args, stream);
-    case MM_GEMM_TILE_256x128: return launch_tile<256, 128, false>(p, out, args, stream);
-    case MM_GEMM_TILE_128x128: return launch_tile<128, 128, false>(p, out, args, stream);
-    case MM_GEMM_TILE_64x256: return launch_tile<64, 256, true>(p, out, args, stream);
-    case MM_GEMM_TILE_128x256_SKEW: return launch_tile<128, 256, false, VARIANT_SKEW>(p, out, args, stream);
-    case MM_GEMM_TILE_256x128_SKEW: return launch_tile<256, 128, false, VARIANT_SKEW>(p, out, args, stream);
-    case MM_GEMM_TILE_128x128_SKEW: return launch_tile<128, 128, false, VARIANT_SKEW>(p, out, args, stream);
-    case MM_GEMM_TILE_128x256_SKEW_TMA: return launch_tile<128, 256, false, VARIANT_SKEW_TMA>(p, out, args, stream);
-    case MM_GEMM_TILE_256x128_SKEW_TMA: return launch_tile<256, 128, false, VARIANT_SKEW_TMA>(p, out, args, stream);
-    case MM_GEMM_TILE_128x128_SKEW_TMA: return launch_tile<128, 128, false, VARIANT_SKEW_TMA>(p, out, args, stream);
-    default: break;
-  }
-  return mm_fail(MEGAMOE_ERR_INTERNAL, "gemm_wgmma: unhandled tile %d", (int)tile);
+  const mm_gemm_kernel_ref k = t->lookup(a_sf_block, out_kind, num_experts);
+  if (!k.fn)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: tile %s has no %s output", t->name, out_name(out_kind));
+  if (out_kind == MM_GEMM_OUT_SWIGLU_FP8 && swiglu_group == 128 && !t->swiglu_g128)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
+                   "gemm_wgmma: SwiGLU group 128 needs a tile whose warpgroups hold 128 a-columns "
+                   "(128x256 or 64x256), not %s",
+                   t->name);
+  if (k.layout.stages == 0)
+    return mm_fail(MEGAMOE_ERR_UNSUPPORTED_DEVICE,
+                   "gemm_wgmma: tile %s (%s) with %d experts does not fit %d pipeline stages in %d B of shared memory",
+                   t->name, out_name(out_kind), num_experts, MM_GEMM_MIN_STAGES, MM_GEMM_SMEM_LIMIT);
+  int optin = 0;
+  MM_TRY(device_smem_optin(&optin));
+  if ((int64_t)k.layout.bytes > (int64_t)optin)
+    return mm_fail(MEGAMOE_ERR_UNSUPPORTED_DEVICE,
+                   "gemm_wgmma: tile %s needs %u B of shared memory per block, the device allows %d", t->name,
+                   k.layout.bytes, optin);
+  if (smem_bytes) *smem_bytes = k.layout.bytes;
+  return MEGAMOE_OK;
 }
 
-extern "C" megamoe_status mm_gemm_wgmma(const mm_gemm_problem* p, mm_gemm_output out, void* d,
-                                        const mm_swiglu_epilogue* swiglu, cudaStream_t stream) {
-  return mm_gemm_wgmma_tiled(p, out, d, swiglu, MM_GEMM_TILE_AUTO, stream);
+extern "C" mm_gemm_tile mm_gemm_pick_tile(const mm_gemm_problem* p, int64_t rows_per_expert) {
+  if (rows_per_expert <= 0) rows_per_expert = p->num_experts > 0 ? (int64_t)p->rows_cap / p->num_experts : 0;
+  /* Decode sizes (<= 128 rows per expert): the 64-row tile wastes the least
+   * tensor work and streams the weights the same. */
+  if (rows_per_expert <= 128 && p->n % 256 == 0) return MM_GEMM_TILE_64x256;
+  if (p->out_kind == MM_GEMM_OUT_SWIGLU_FP8) {
+    if (p->swiglu.group == 128) return p->n % 256 == 0 ? MM_GEMM_TILE_128x256 : MM_GEMM_TILE_64x256;
+    return MM_GEMM_TILE_128x128;
+  }
+  /* bf16 output with larger pools: the TMA-store epilogue measured best on
+   * the H200 (docs/PERF.md). */
+  if (p->out_kind == MM_GEMM_OUT_BF16 || p->out_kind == MM_GEMM_OUT_BF16_SCATTER) return MM_GEMM_TILE_256x128;
+  return p->n % 256 == 0 ? MM_GEMM_TILE_128x256 : MM_GEMM_TILE_256x128;
+}
+
+extern "C" megamoe_status mm_gemm_plan_make(const mm_gemm_problem* p, mm_gemm_tile tile, mm_gemm_plan* plan) {
+  MM_CHECK_NULL(plan, "gemm plan");
+  MM_TRY(mm_gemm_check(p));
+  if (tile == MM_GEMM_TILE_AUTO) tile = mm_gemm_pick_tile(p, 0);
+  const tile_desc* t = tile_of(tile);
+  if (!t) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: tile %d", (int)tile);
+  if (p->n % t->bn)
+    return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm_wgmma: n = %d is not a multiple of the tile width %d (tile %s)", p->n,
+                   t->bn, t->name);
+  MM_TRY(mm_gemm_tile_check(tile, p->out_kind, p->a_sf_block, p->swiglu.group, p->num_experts, NULL));
+  const mm_gemm_kernel_ref k = t->lookup(p->a_sf_block, p->out_kind, p->num_experts);
+
+  memset(plan, 0, sizeof *plan);
+  plan->problem = *p;
+  plan->tile = tile;
+  plan->smem_bytes = k.layout.bytes;
+  const int promo = p->a_sf_block == 64 ? 2 : 1;
+  MM_TRY(make_map_2d(plan->maps[0], "A", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->a, (uint64_t)p->k, (uint64_t)p->rows_cap,
+                     (uint64_t)p->k, MM_GEMM_BLOCK_K, (uint32_t)t->bm, CU_TENSOR_MAP_SWIZZLE_128B));
+  MM_TRY(make_map_2d(plan->maps[1], "B", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->b, (uint64_t)p->k,
+                     (uint64_t)p->num_experts * (uint64_t)p->n, (uint64_t)p->k, MM_GEMM_BLOCK_K, (uint32_t)t->bn,
+                     CU_TENSOR_MAP_SWIZZLE_128B));
+  MM_TRY(make_map_2d(plan->maps[2], "A_sf", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p->a_sf, (uint64_t)p->rows_cap,
+                     (uint64_t)(p->k / p->a_sf_block), (uint64_t)p->rows_cap * 4u, (uint32_t)t->bm, (uint32_t)promo,
+                     CU_TENSOR_MAP_SWIZZLE_NONE));
+  if (p->out_kind == MM_GEMM_OUT_BF16)
+    MM_TRY(make_map_2d(plan->maps[3], "D", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p->d, (uint64_t)p->n,
+                       (uint64_t)p->rows_cap, (uint64_t)p->n * 2u, 64, (uint32_t)t->bm, CU_TENSOR_MAP_SWIZZLE_128B));
+  else
+    memcpy(plan->maps[3], plan->maps[0], sizeof plan->maps[3]); /* unused */
+
+  cudaError_t err = cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.layout.bytes);
+  if (err != cudaSuccess)
+    return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: cudaFuncSetAttribute(%u B): %s", k.layout.bytes,
+                   cudaGetErrorString(err));
+  int sms = 0;
+  MM_TRY(device_sms(&sms));
+  /* Upper bound of the tile count (each expert wastes at most one partial m-tile). */
+  const int64_t max_tiles = ((int64_t)p->rows_cap / t->bm + p->num_experts) * (p->n / t->bn);
+  plan->grid = (int)(max_tiles < sms ? max_tiles : sms);
+  return MEGAMOE_OK;
+}
+
+extern "C" megamoe_status mm_gemm_plan_launch(const mm_gemm_plan* plan, cudaStream_t stream) {
+  MM_CHECK_NULL(plan, "gemm plan");
+  const tile_desc* t = tile_of(plan->tile);
+  if (!t) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm plan: tile %d (not made by mm_gemm_plan_make)", (int)plan->tile);
+  const mm_gemm_problem* p = &plan->problem;
+  const mm_gemm_kernel_ref k = t->lookup(p->a_sf_block, p->out_kind, p->num_experts);
+  if (!k.fn || k.layout.bytes != plan->smem_bytes)
+    return mm_fail(MEGAMOE_ERR_INTERNAL, "gemm plan: kernel lookup disagrees with the plan (tile %s)", t->name);
+  mm_gemm_layout layout = k.layout;
+  mm_gemm_problem problem = *p;
+  void* args[6] = {(void*)plan->maps[0], (void*)plan->maps[1], (void*)plan->maps[2], (void*)plan->maps[3],
+                   (void*)&problem, (void*)&layout};
+  cudaError_t err = cudaLaunchKernel(k.fn, dim3((unsigned)plan->grid), dim3(MM_GEMM_THREADS), args,
+                                     plan->smem_bytes, stream);
+  if (err != cudaSuccess)
+    return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: launch (tile %s, grid %d, smem %u): %s", t->name, plan->grid,
+                   plan->smem_bytes, cudaGetErrorString(err));
+  return MEGAMOE_OK;
+}
+
+extern "C" megamoe_status mm_gemm_wgmma(const mm_gemm_problem* p, mm_gemm_tile tile, cudaStream_t stream) {
+  mm_gemm_plan plan;
+  MM_TRY(mm_gemm_plan_make(p, tile, &plan));
+  return mm_gemm_plan_launch(&plan, stream);
 }

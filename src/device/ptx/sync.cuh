@@ -45,6 +45,21 @@ MM_PTX_DEVICE void mm_named_barrier_arrive_c() {
   asm volatile("bar.arrive %0, %1;" ::"n"(kId), "n"(kCount) : "memory");
 }
 
+/* Named barrier `id` over `count` threads that also ORs a predicate over
+ * them: every participating thread gets the same result. */
+MM_PTX_DEVICE bool mm_named_barrier_or(uint32_t id, uint32_t count, bool pred) {
+  uint32_t r;
+  asm volatile(
+      "{\n\t.reg .pred p, q;\n\t"
+      "setp.ne.u32 q, %1, 0;\n\t"
+      "bar.red.or.pred p, %2, %3, q;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(r)
+      : "r"((uint32_t)pred), "r"(id), "r"(count)
+      : "memory");
+  return r != 0;
+}
+
 /* Register reconfiguration of the executing warpgroup. All four warps of
  * the warpgroup execute the same one; the kernel needs a register cap at
  * entry (__launch_bounds__(threads, 1)). */

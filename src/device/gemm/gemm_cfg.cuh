@@ -1,0 +1,172 @@
+/* Tile configuration, shared-memory carve-out and barrier init of the wgmma
+ * GEMM engine.
+ *
+ * ---- Roles and threads --------------------------------------------------------
+ * 384 threads, __launch_bounds__(384, 1):
+ *   warpgroups 0, 1: math (setmaxnreg.inc to MM_GEMM_MATH_REGS);
+ *   warpgroup 2:     producer (setmaxnreg.dec to MM_GEMM_PRODUCER_REGS); one
+ *                    thread (warp 8, lane 0) waits for the A rows (when the
+ *                    problem has rows-ready counters) and issues every TMA load.
+ *
+ * ---- Tiles (compile time) --------------------------------------------------------
+ * A tile is BM rows of one expert x BN columns. kSplitN: the two math
+ * warpgroups take BN / 2 columns each (else BM / 2 rows each). A warpgroup
+ * computes kWM x kWN "waves" of 64 rows x 128 columns, each one m64n128k32
+ * wgmma chain per 32-wide K slice. kTwoParts (one wave per warpgroup only):
+ * two partial accumulators, so the next K block's chain is in flight while the
+ * previous block is promoted (gemm_mainloop.cuh). kPromo: A-scale blocks per
+ * 128-wide K block (1 for a_sf_block 128, 2 for 64). kStaging: a BM x BN bf16
+ * staging area for the TMA-store and scatter epilogues.
+ *
+ * ---- Shared memory (runtime layout, mm_gemm_layout_make) -------------------
+ * The base is aligned up to 1024 bytes, then:
+ *   staging    BM x BN x 2 B          (kStaging only) 128-byte-swizzled boxes of 64 columns
+ *   A stages   stages x BM x 128 B    TMA, 128-byte swizzle
+ *   B stages   stages x BN x 128 B    TMA, 128-byte swizzle
+ *   SF stages  stages x kPromo x BM x 4  TMA, A scales of the stage's K block
+ *   full[stages], empty[stages]       mbarriers
+ *   xwg        2 x BM x 4 B           amax exchange between the math warpgroups
+ *   abort      16 B                   set by a role that gives up (the others leave)
+ *   scheduler  the scheduler's arrays (size for the problem's expert count)
+ * stages = as many as fit (at most 8): a runtime number, so a problem with
+ * many experts trades a stage for its scheduler arrays instead of failing. */
+#ifndef MEGAMOE_GEMM_CFG_CUH
+#define MEGAMOE_GEMM_CFG_CUH
+
+#include <stdint.h>
+
+#include "contract.h"
+#include "gemm/gemm.h"
+
+#define MM_GEMM_THREADS 384
+#define MM_GEMM_MATH_THREADS 256
+#define MM_GEMM_MATH_REGS 232
+#define MM_GEMM_PRODUCER_REGS 40
+#define MM_GEMM_BLOCK_K 128
+#define MM_GEMM_SMEM_LIMIT 232448 /* 227 KB: Hopper's per-block opt-in maximum */
+#define MM_GEMM_MAX_STAGES 8
+#define MM_GEMM_MIN_STAGES 2
+#define MM_GEMM_GROUP_ROWS 2048 /* rows of A per scheduler m-group (L2 reuse) */
+
+template <int BM_, int BN_, bool kSplitN_, bool kTwoParts_, int kPromo_, bool kStaging_>
+struct mm_gemm_cfg {
+  static constexpr int BM = BM_;
+  static constexpr int BN = BN_;
+  static constexpr bool kSplitN = kSplitN_;
+  static constexpr bool kTwoParts = kTwoParts_;
+  static constexpr int kPromo = kPromo_;
+  static constexpr bool kStaging = kStaging_;
+  static constexpr int kWM = kSplitN ? BM / 64 : BM / 128;  /* waves along M per warpgroup */
+  static constexpr int kWN = kSplitN ? BN / 256 : BN / 128; /* waves along N per warpgroup */
+  static constexpr int kWaves = kWM * kWN;
+  static constexpr int kWgRows = kSplitN ? BM : BM / 2;     /* rows a warpgroup covers */
+  static constexpr int kWgCols = kSplitN ? BN / 2 : BN;     /* columns a warpgroup covers */
+  static constexpr int kK32PerPromo = 4 / kPromo;           /* k32 wgmmas per scale block */
+  static constexpr uint32_t kStageA = BM * MM_GEMM_BLOCK_K;
+  static constexpr uint32_t kStageB = BN * MM_GEMM_BLOCK_K;
+  static constexpr uint32_t kStageSF = kPromo * BM * 4;
+  static constexpr uint32_t kTxBytes = kStageA + kStageB + kStageSF;
+  static constexpr uint32_t kStagingBytes = kStaging ? (uint32_t)BM * BN * 2 : 0;
+  static constexpr int kGroupM = MM_GEMM_GROUP_ROWS / BM;   /* m-tiles per scheduler group */
+
+  static_assert(BM == 64 || BM == 128 || BM == 256, "BM");
+  static_assert(BN == 128 || BN == 256, "BN");
+  static_assert(kWM >= 1 && kWN >= 1 && kWM * 64 == kWgRows && kWN * 128 == kWgCols, "waves");
+  static_assert(!kTwoParts || kWaves == 1, "two partial accumulators need one wave per warpgroup");
+  static_assert(kPromo == 1 || kPromo == 2, "kPromo");
+  static_assert(kStageA % 1024 == 0 && kStageB % 1024 == 0, "swizzle alignment");
+  static_assert(kStageSF % 128 == 0, "TMA destination alignment");
+  static_assert(kTxBytes < (1u << 20), "mbarrier tx-count range");
+};
+
+/* Runtime shared-memory layout (offsets from the 1024-aligned base). */
+typedef struct mm_gemm_layout {
+  uint32_t stages;
+  uint32_t off_a, off_b, off_sf, off_full, off_empty, off_xwg, off_abort, off_sched;
+  uint32_t bytes; /* dynamic shared memory to request (base alignment slack included) */
+} mm_gemm_layout;
+
+static inline __host__ __device__ uint32_t mm_align_up_u32(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
+
+/* Layout for a config with the given stage/staging sizes and sched_bytes of
+ * scheduler arrays; stages = 0 when not even MM_GEMM_MIN_STAGES fit. */
+static inline __host__ __device__ mm_gemm_layout mm_gemm_layout_make(uint32_t stage_a, uint32_t stage_b,
+                                                                     uint32_t stage_sf, uint32_t staging,
+                                                                     uint32_t bm, uint32_t sched_bytes) {
+  mm_gemm_layout L;
+  const uint32_t tx = stage_a + stage_b + stage_sf;
+  const uint32_t fixed = 1024 /* base alignment slack */ + staging + 2 * bm * 4 + 16 + sched_bytes + 64;
+  uint32_t stages = 0;
+  if (fixed < MM_GEMM_SMEM_LIMIT) stages = (MM_GEMM_SMEM_LIMIT - fixed) / (tx + 16);
+  if (stages > MM_GEMM_MAX_STAGES) stages = MM_GEMM_MAX_STAGES;
+  if (stages < MM_GEMM_MIN_STAGES) stages = 0;
+  const uint32_t s = stages ? stages : 1;
+  L.stages = stages;
+  L.off_a = staging;
+  L.off_b = L.off_a + s * stage_a;
+  L.off_sf = L.off_b + s * stage_b;
+  L.off_full = mm_align_up_u32(L.off_sf + s * stage_sf, 8);
+  L.off_empty = L.off_full + 8 * s;
+  L.off_xwg = mm_align_up_u32(L.off_empty + 8 * s, 16);
+  L.off_abort = L.off_xwg + 2 * bm * 4;
+  L.off_sched = mm_align_up_u32(L.off_abort + 16, 16);
+  L.bytes = 1024 + L.off_sched + sched_bytes;
+  return L;
+}
+
+template <class Cfg>
+static inline __host__ __device__ mm_gemm_layout mm_gemm_layout_for(uint32_t sched_bytes) {
+  return mm_gemm_layout_make(Cfg::kStageA, Cfg::kStageB, Cfg::kStageSF, Cfg::kStagingBytes, Cfg::BM, sched_bytes);
+}
+
+#ifdef __CUDACC__
+#include "common.cuh"
+#include "ptx/mbarrier.cuh"
+
+/* Shared-window addresses and pointers of one CTA's layout. */
+struct mm_gemm_smem {
+  uint32_t a, b, sf, d;     /* shared-window addresses of stage 0 / the staging area */
+  uint32_t full, empty;     /* barrier 0 of each kind */
+  uint32_t stages;
+  const float* sf_ptr;      /* generic pointer to the SF stages */
+  const uint8_t* d_ptr;     /* generic pointer to the staging area */
+  float* xwg;               /* [2][BM] */
+  volatile int32_t* abort;  /* non-zero: a role gave up */
+  uint8_t* sched;           /* the scheduler's arrays */
+};
+
+MM_DEVICE mm_gemm_smem mm_gemm_smem_carve(uint8_t* raw, const mm_gemm_layout& L) {
+  const uint32_t raw_addr = mm_smem_addr(raw);
+  const uint32_t pad = ((raw_addr + 1023u) & ~1023u) - raw_addr;
+  uint8_t* base = raw + pad;
+  const uint32_t addr = raw_addr + pad;
+  mm_gemm_smem sm;
+  sm.d = addr;
+  sm.a = addr + L.off_a;
+  sm.b = addr + L.off_b;
+  sm.sf = addr + L.off_sf;
+  sm.full = addr + L.off_full;
+  sm.empty = addr + L.off_empty;
+  sm.stages = L.stages;
+  sm.sf_ptr = reinterpret_cast<const float*>(base + L.off_sf);
+  sm.d_ptr = base;
+  sm.xwg = reinterpret_cast<float*>(base + L.off_xwg);
+  sm.abort = reinterpret_cast<volatile int32_t*>(base + L.off_abort);
+  sm.sched = base + L.off_sched;
+  return sm;
+}
+
+/* One thread; a CTA barrier must follow before any use. full: one arrival
+ * (the producer's expect_tx) plus the TMA bytes; empty: one arrival per math
+ * warp (8). */
+MM_DEVICE void mm_gemm_init_barriers(const mm_gemm_smem& sm) {
+  for (uint32_t s = 0; s < sm.stages; ++s) {
+    mm_mbar_init(sm.full + 8 * s, 1);
+    mm_mbar_init(sm.empty + 8 * s, 8);
+  }
+  *sm.abort = 0;
+  mm_fence_mbar_init();
+}
+#endif /* __CUDACC__ */
+
+#endif

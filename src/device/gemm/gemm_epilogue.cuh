@@ -1,0 +1,254 @@
+/* Epilogues of the GEMM engine: what a math warpgroup does with a tile's
+ * promoted accumulators (gemm_mainloop.cuh's acc[kWaves][64], m64n128
+ * fragment layout).
+ *
+ *   mm_gemm_epilogue_store<Cfg, bf16>   fp32 / bf16 d, direct st.global from
+ *                                        the fragment (valid rows only)
+ *   mm_gemm_stage_bf16<Cfg>              bf16 tile into the staging area
+ *                                        (stmatrix, 128-byte-swizzled boxes of
+ *                                        64 columns, the layout TMA expects)
+ *   mm_gemm_epilogue_tma_store<Cfg>      staging + TMA stores (full tiles)
+ *   mm_gemm_epilogue_scatter<Cfg>        staging + each valid row copied to
+ *                                        its destination (16-byte stores)
+ *   mm_gemm_epilogue_swiglu<Cfg>         SwiGLU + routing weight + per-G fp8
+ *
+ * The staging epilogues and the SwiGLU epilogue of a column-split tile use
+ * CTA-wide named barriers over the 256 math threads: every math thread must
+ * call them, whatever its wave holds. */
+#ifndef MEGAMOE_GEMM_EPILOGUE_CUH
+#define MEGAMOE_GEMM_EPILOGUE_CUH
+
+#include <cuda.h>
+
+#include "common.cuh"
+#include "gemm/gemm_cfg.cuh"
+#include "gemm/gemm_mainloop.cuh"
+#include "ptx/stmatrix.cuh"
+#include "ptx/sync.cuh"
+#include "ptx/tma.cuh"
+
+#define MM_GEMM_BAR_EPI 3 /* named barrier of the epilogues (0: __syncthreads) */
+
+MM_DEVICE void mm_gemm_math_barrier() { mm_named_barrier_sync_c<MM_GEMM_BAR_EPI, MM_GEMM_MATH_THREADS>(); }
+
+MM_DEVICE uint32_t mm_pack_bf16x2(float lo, float hi) {
+  return (uint32_t)mm_float_to_bf16(lo) | ((uint32_t)mm_float_to_bf16(hi) << 16);
+}
+
+/* fp32 (kBf16 = false) or bf16 d [rows_cap, n] at the tile's output rows,
+ * valid rows only. */
+template <class Cfg, bool kBf16>
+MM_DEVICE void mm_gemm_epilogue_store(const mm_gemm_problem& p, const mm_gemm_tile_info& ti, int wg,
+                                      float (&acc)[Cfg::kWaves][64]) {
+#pragma unroll
+  for (int wm = 0; wm < Cfg::kWM; ++wm) {
+    const int r0 = mm_gemm_frag_row<Cfg>(wg, wm);
+    const bool ok0 = r0 < ti.rows, ok1 = r0 + 8 < ti.rows;
+    const int64_t grow = (int64_t)ti.out_row0 + r0;
+#pragma unroll
+    for (int wn = 0; wn < Cfg::kWN; ++wn) {
+      const float* a = acc[wm * Cfg::kWN + wn];
+      const int64_t col = ti.n0 + mm_gemm_frag_col<Cfg>(wg, wn);
+      if (kBf16) {
+        uint32_t* d0 = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.d) + grow * p.n + col);
+        uint32_t* d1 = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.d) + (grow + 8) * p.n + col);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          if (ok0) d0[4 * j] = mm_pack_bf16x2(a[4 * j], a[4 * j + 1]);
+          if (ok1) d1[4 * j] = mm_pack_bf16x2(a[4 * j + 2], a[4 * j + 3]);
+        }
+      } else {
+        float2* d0 = reinterpret_cast<float2*>(static_cast<float*>(p.d) + grow * p.n + col);
+        float2* d1 = reinterpret_cast<float2*>(static_cast<float*>(p.d) + (grow + 8) * p.n + col);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          if (ok0) d0[4 * j] = make_float2(a[4 * j], a[4 * j + 1]);
+          if (ok1) d1[4 * j] = make_float2(a[4 * j + 2], a[4 * j + 3]);
+        }
+      }
+    }
+  }
+}
+
+/* Staging layout: BN / 64 boxes of BM rows x 128 bytes (64 bf16 columns);
+ * 16-byte chunk c of row r of a box at r * 128 + ((c ^ (r % 8)) * 16). */
+template <class Cfg>
+MM_DEVICE uint32_t mm_gemm_staging_addr(uint32_t base, uint32_t row, uint32_t col) {
+  return base + (col >> 6) * (uint32_t)(Cfg::BM * 128) + row * 128u + ((((col & 63u) >> 3) ^ (row & 7u)) << 4);
+}
+
+/* The tile's bf16 values into the staging area; all 256 math threads. On
+ * return the staging area holds the whole tile (a named barrier was passed
+ * after the writes). `wait_tma` (thread 0): first wait until the previous
+ * tile's TMA stores have read the area. */
+template <class Cfg>
+MM_DEVICE void mm_gemm_stage_bf16(const mm_gemm_smem& sm, int wg, float (&acc)[Cfg::kWaves][64], bool wait_tma,
+                                  bool for_async_proxy) {
+  static_assert(Cfg::kStaging, "staging area");
+  if (wait_tma && threadIdx.x == 0) mm_bulk_wait_group_read<0>();
+  mm_gemm_math_barrier(); /* the previous tile's readers of the staging area are done */
+  const int lane = threadIdx.x & 31;
+  const int warp = (threadIdx.x >> 5) & 3;
+  const int mi = lane >> 3; /* the 8x8 matrix whose row this lane addresses */
+  const int r_in = warp * 16 + (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+  for (int wm = 0; wm < Cfg::kWM; ++wm) {
+    const uint32_t row = (uint32_t)(mm_gemm_wg_row0<Cfg>(wg) + 64 * wm + r_in);
+#pragma unroll
+    for (int wn = 0; wn < Cfg::kWN; ++wn) {
+      const float* a = acc[wm * Cfg::kWN + wn];
+#pragma unroll
+      for (int jp = 0; jp < 8; ++jp) {
+        const int j0 = 2 * jp, j1 = 2 * jp + 1;
+        const uint32_t col = (uint32_t)(mm_gemm_wg_col0<Cfg>(wg) + 128 * wn + 8 * (j0 + (mi >> 1)));
+        mm_stmatrix_x4(mm_gemm_staging_addr<Cfg>(sm.d, row, col), mm_pack_bf16x2(a[4 * j0], a[4 * j0 + 1]),
+                       mm_pack_bf16x2(a[4 * j0 + 2], a[4 * j0 + 3]), mm_pack_bf16x2(a[4 * j1], a[4 * j1 + 1]),
+                       mm_pack_bf16x2(a[4 * j1 + 2], a[4 * j1 + 3]));
+      }
+    }
+  }
+  if (for_async_proxy) mm_fence_proxy_async_smem(); /* TMA reads what stmatrix wrote */
+  mm_gemm_math_barrier();
+}
+
+/* bf16 epilogue of a FULL tile through the staging area and TMA stores.
+ * tm_d: bf16 [rows_cap, n], box 64 x BM, 128-byte swizzle. Thread 0 issues
+ * and tracks the stores. */
+template <class Cfg>
+MM_DEVICE void mm_gemm_epilogue_tma_store(const mm_gemm_smem& sm, const CUtensorMap* tm_d,
+                                          const mm_gemm_tile_info& ti, int wg, float (&acc)[Cfg::kWaves][64]) {
+  mm_gemm_stage_bf16<Cfg>(sm, wg, acc, true, true);
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int b = 0; b < Cfg::BN / 64; ++b)
+      mm_tma_store_2d(tm_d, sm.d + (uint32_t)b * (uint32_t)(Cfg::BM * 128), ti.n0 + 64 * b, ti.out_row0);
+    mm_bulk_commit_group();
+  }
+}
+
+/* bf16 rows to per-row destinations (contract.h, mm_gemm_scatter): the tile
+ * goes through the staging area, then the 256 math threads copy each valid
+ * row's BN columns in 16-byte chunks (a warp covers 512 contiguous bytes:
+ * one or two rows), over NVLink when the destination is a peer's. */
+template <class Cfg>
+MM_DEVICE void mm_gemm_epilogue_scatter(const mm_gemm_smem& sm, const mm_gemm_problem& p,
+                                        const mm_gemm_tile_info& ti, int wg, float (&acc)[Cfg::kWaves][64]) {
+  mm_gemm_stage_bf16<Cfg>(sm, wg, acc, false, false);
+  constexpr int kChunks = Cfg::BN * 2 / 16; /* 16-byte chunks per row */
+  const int tid = threadIdx.x; /* math threads are 0..255 */
+  for (int idx = tid; idx < ti.rows * kChunks; idx += MM_GEMM_MATH_THREADS) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const mm_pool_row dst = p.scatter.rows[ti.out_row0 + r];
+    if (dst.src_rank < 0 || dst.src_rank >= MM_MAX_RANKS || !p.scatter.dst_base[dst.src_rank]) continue;
+    const uint32_t off = mm_gemm_staging_addr<Cfg>(0u, (uint32_t)r, (uint32_t)(8 * c));
+    const uint4 v = *reinterpret_cast<const uint4*>(sm.d_ptr + off);
+    uint8_t* row = p.scatter.dst_base[dst.src_rank] + ((int64_t)dst.token_slot * p.n + ti.n0) * 2;
+    reinterpret_cast<uint4*>(row)[c] = v;
+  }
+}
+
+/* Epilogue of the L1 GEMM: B is the prepared W1 (MM_W1_INTERLEAVE = 64), so
+ * a 128-wide wave holds gate columns in registers i < 32 and the matching up
+ * columns in i + 32, for a-columns (n0 + wave column) / 2 + 0..63.
+ * a = silu(g) * u * row_weight (clamp first), quantized per `group`
+ * a-columns: sf = max(amax, 1e-10) / 448, q = e4m3(a / sf). A group of 64 is
+ * one wave. A group of 128 is two waves: the two waves of a warpgroup
+ * (kWN == 2, the 128x256 tile), or the two warpgroups' waves of a
+ * column-split 256-wide tile (64x256), whose per-row amax is exchanged
+ * through shared memory. The row's amax is spread over the 4 threads of a
+ * quad (lanes 4q .. 4q + 3). max is exact, so every split gives bitwise the
+ * same scales and codes. */
+template <class Cfg>
+MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_problem& p, const mm_gemm_tile_info& ti,
+                                       int wg, float (&acc)[Cfg::kWaves][64]) {
+  const mm_swiglu_epilogue& q = p.swiglu;
+  const int inter = p.n / 2;
+  const bool pair_in_wg = Cfg::kWN == 2 && q.group == 128;
+  constexpr bool kCanPairAcross = Cfg::kSplitN && Cfg::kWN == 1 && Cfg::BN == 256;
+  const bool pair_across = kCanPairAcross && q.group == 128;
+#pragma unroll
+  for (int wm = 0; wm < Cfg::kWM; ++wm) {
+    const int r0 = mm_gemm_frag_row<Cfg>(wg, wm);
+    const bool ok0 = r0 < ti.rows, ok1 = r0 + 8 < ti.rows;
+    const int64_t grow = (int64_t)ti.out_row0 + r0;
+    const float w0 = ok0 ? q.row_weight[grow] : 0.f;
+    const float w1 = ok1 ? q.row_weight[grow + 8] : 0.f;
+    float amax[Cfg::kWN][2];
+#pragma unroll
+    for (int wn = 0; wn < Cfg::kWN; ++wn) {
+      float* a = acc[wm * Cfg::kWN + wn];
+      float m0 = 0.f, m1 = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          const int i0 = 4 * j + b, i1 = 4 * j + 2 + b;
+          const float v0 = mm_swiglu(a[i0], a[i0 + 32], q.has_clamp, q.clamp) * w0;
+          const float v1 = mm_swiglu(a[i1], a[i1 + 32], q.has_clamp, q.clamp) * w1;
+          a[i0] = v0;
+          a[i1] = v1;
+          m0 = fmaxf(m0, fabsf(v0));
+          m1 = fmaxf(m1, fabsf(v1));
+        }
+#pragma unroll
+      for (int x = 1; x <= 2; x <<= 1) {
+        m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, x));
+        m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, x));
+      }
+      amax[wn][0] = m0;
+      amax[wn][1] = m1;
+    }
+    if (pair_in_wg) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m = fmaxf(amax[0][h], amax[Cfg::kWN - 1][h]);
+        amax[0][h] = m;
+        amax[Cfg::kWN - 1][h] = m;
+      }
+    }
+    if constexpr (kCanPairAcross) {
+      if (pair_across) {
+        /* Both warpgroups hold the same rows (column split): publish this
+         * warpgroup's row amax, take the other's. The second barrier keeps
+         * the next tile from overwriting values the other side still reads. */
+        const int rl = r0 - mm_gemm_wg_row0<Cfg>(wg);
+        if ((threadIdx.x & 3) == 0) {
+          sm.xwg[wg * Cfg::BM + rl] = amax[0][0];
+          sm.xwg[wg * Cfg::BM + rl + 8] = amax[0][1];
+        }
+        mm_gemm_math_barrier();
+        amax[0][0] = fmaxf(amax[0][0], sm.xwg[(1 - wg) * Cfg::BM + rl]);
+        amax[0][1] = fmaxf(amax[0][1], sm.xwg[(1 - wg) * Cfg::BM + rl + 8]);
+        mm_gemm_math_barrier();
+      }
+    }
+    if (mm_gemm_wg_row0<Cfg>(wg) + 64 * wm >= ti.rows) continue; /* whole wave past the rows: nothing to store */
+#pragma unroll
+    for (int wn = 0; wn < Cfg::kWN; ++wn) {
+      const float* a = acc[wm * Cfg::kWN + wn];
+      const float sf0 = mm_group_scale(amax[wn][0]);
+      const float sf1 = mm_group_scale(amax[wn][1]);
+      const int acol0 = (ti.n0 + mm_gemm_wg_col0<Cfg>(wg) + 128 * wn) / 2; /* first a-column of the wave */
+      const int acol = acol0 + 2 * (threadIdx.x & 3);
+      uint16_t* o0 = reinterpret_cast<uint16_t*>(q.out + grow * inter + acol);
+      uint16_t* o1 = reinterpret_cast<uint16_t*>(q.out + (grow + 8) * inter + acol);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (ok0)
+          o0[4 * j] = (uint16_t)(mm_float_to_e4m3(a[4 * j] / sf0) | ((uint32_t)mm_float_to_e4m3(a[4 * j + 1] / sf0) << 8));
+        if (ok1)
+          o1[4 * j] =
+              (uint16_t)(mm_float_to_e4m3(a[4 * j + 2] / sf1) | ((uint32_t)mm_float_to_e4m3(a[4 * j + 3] / sf1) << 8));
+      }
+      /* One scale per group: the group's first wave writes it. */
+      const bool writes_sf = acol0 % q.group == 0;
+      if ((threadIdx.x & 3) == 0 && writes_sf) {
+        const int64_t gi = acol0 / q.group;
+        if (ok0) q.out_sf[gi * p.rows_cap + grow] = sf0;
+        if (ok1) q.out_sf[gi * p.rows_cap + grow + 8] = sf1;
+      }
+    }
+  }
+}
+
+#endif

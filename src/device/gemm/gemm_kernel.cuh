@@ -1,0 +1,136 @@
+/* The whole persistent GEMM kernel of the engine: scheduler, producer, two
+ * math warpgroups, one epilogue per output kind. It is also the template of
+ * how an arm's own kernel combines the pieces (gemm_cfg.cuh, the scheduler,
+ * gemm_mainloop.cuh, gemm_epilogue.cuh).
+ *
+ * Instantiations live one file per tile (gemm_tile_*.cu, so they compile in
+ * parallel); each exports a lookup that gives the launcher (gemm_wgmma.cu)
+ * the kernel and its shared-memory layout. */
+#ifndef MEGAMOE_GEMM_KERNEL_CUH
+#define MEGAMOE_GEMM_KERNEL_CUH
+
+#include <cuda.h>
+
+#include "gemm/gemm.h"
+#include "gemm/gemm_cfg.cuh"
+#include "gemm/gemm_epilogue.cuh"
+#include "gemm/gemm_mainloop.cuh"
+#include "ptx/sync.cuh"
+#include "sched/sched_grouped.cuh"
+
+template <class Cfg, class Sched, int kOut>
+__global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
+    mm_gemm_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                   const __grid_constant__ CUtensorMap tm_sfa, const __grid_constant__ CUtensorMap tm_d,
+                   const mm_gemm_problem p, const mm_gemm_layout lay) {
+  static_assert(Cfg::kStaging == (kOut == MM_GEMM_OUT_BF16 || kOut == MM_GEMM_OUT_BF16_SCATTER), "staging area");
+  extern __shared__ uint8_t mm_gemm_smem_raw[];
+  const mm_gemm_smem sm = mm_gemm_smem_carve(mm_gemm_smem_raw, lay);
+  const int tid = threadIdx.x;
+  const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
+  const int lane = tid & 31;
+
+  if (tid == 256) {
+    mm_tma_prefetch_map(&tm_a);
+    mm_tma_prefetch_map(&tm_b);
+    mm_tma_prefetch_map(&tm_sfa);
+    if (kOut == MM_GEMM_OUT_BF16) mm_tma_prefetch_map(&tm_d);
+    mm_gemm_init_barriers(sm);
+  }
+  Sched sched;
+  sched.build(sm.sched, p, Cfg::BM, Cfg::BN, tid, MM_GEMM_THREADS);
+  __syncthreads();
+
+  if (warp >= 8) {
+    /* Producer warpgroup: one thread issues everything. */
+    mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
+    if (warp == 8 && lane == 0) {
+      mm_gemm_pipe pipe = {0u, 0u};
+      mm_gemm_tile_info ti;
+      typename Sched::iter it = sched.begin();
+      while (sched.template next<Cfg>(it, ti))
+        if (!mm_gemm_produce_tile<Cfg>(sm, pipe, &tm_a, &tm_b, &tm_sfa, p, ti)) break;
+    }
+  } else {
+    /* Math warpgroups. */
+    mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
+    const int wg = warp >> 2;
+    mm_gemm_pipe pipe = {0u, 0u};
+    mm_gemm_tile_info ti;
+    typename Sched::iter it = sched.begin();
+    while (sched.template next<Cfg>(it, ti)) {
+      float acc[Cfg::kWaves][64];
+      const bool mine = mm_gemm_consume_tile<Cfg>(sm, pipe, p, ti, wg, acc);
+      if (!mm_gemm_math_vote_ok(sm, mine)) {
+        /* Pipeline abandoned: no store of this thread may still read shared memory. */
+        if (kOut == MM_GEMM_OUT_BF16 && tid == 0) mm_bulk_wait_group<0>();
+        break;
+      }
+      if constexpr (kOut == MM_GEMM_OUT_F32) {
+        mm_gemm_epilogue_store<Cfg, false>(p, ti, wg, acc);
+      } else if constexpr (kOut == MM_GEMM_OUT_BF16) {
+        if (ti.rows == Cfg::BM) mm_gemm_epilogue_tma_store<Cfg>(sm, &tm_d, ti, wg, acc);
+        else mm_gemm_epilogue_store<Cfg, true>(p, ti, wg, acc);
+        /* The staging area must stay valid until the last stores have read
+         * it (the CTA's shared memory goes away at exit). Waited inside the
+         * loop: code after the loop makes ptxas cap the math registers. */
+        if (tid == 0 && !sched.has_next(it)) mm_bulk_wait_group<0>();
+      } else if constexpr (kOut == MM_GEMM_OUT_SWIGLU_FP8) {
+        mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc);
+      } else {
+        mm_gemm_epilogue_scatter<Cfg>(sm, p, ti, wg, acc);
+      }
+    }
+  }
+}
+
+/* What the launcher needs of one instantiation. */
+struct mm_gemm_kernel_ref {
+  const void* fn;
+  mm_gemm_layout layout;
+};
+
+template <int BM, int BN, bool kSplitN, bool kTwoParts, int kPromo, int kOut>
+mm_gemm_kernel_ref mm_gemm_kernel_get(int num_experts) {
+  using Cfg = mm_gemm_cfg<BM, BN, kSplitN, kTwoParts, kPromo,
+                          kOut == MM_GEMM_OUT_BF16 || kOut == MM_GEMM_OUT_BF16_SCATTER>;
+  mm_gemm_kernel_ref r;
+  r.fn = reinterpret_cast<const void*>(&mm_gemm_kernel<Cfg, mm_sched_grouped, kOut>);
+  r.layout = mm_gemm_layout_for<Cfg>(mm_sched_grouped::smem_bytes(num_experts));
+  return r;
+}
+
+/* One tile's lookup: out kinds whose bit is set in kOutMask are instantiated
+ * for both A-scale blocks (kPromo 1: a_sf_block 128; 2: 64). Returns fn =
+ * NULL for an output the tile does not have. */
+template <int BM, int BN, bool kSplitN, bool kTwoParts, unsigned kOutMask>
+mm_gemm_kernel_ref mm_gemm_tile_lookup(int a_sf_block, int out_kind, int num_experts) {
+  mm_gemm_kernel_ref none = {nullptr, {}};
+  const bool p2 = a_sf_block == 64;
+#define MM_GEMM_CASE(kind)                                                                           \
+  if (out_kind == kind) {                                                                            \
+    if constexpr ((kOutMask >> kind) & 1u)                                                           \
+      return p2 ? mm_gemm_kernel_get<BM, BN, kSplitN, kTwoParts, 2, kind>(num_experts)               \
+                : mm_gemm_kernel_get<BM, BN, kSplitN, kTwoParts, 1, kind>(num_experts);              \
+    return none;                                                                                     \
+  }
+  MM_GEMM_CASE(MM_GEMM_OUT_F32)
+  MM_GEMM_CASE(MM_GEMM_OUT_BF16)
+  MM_GEMM_CASE(MM_GEMM_OUT_SWIGLU_FP8)
+  MM_GEMM_CASE(MM_GEMM_OUT_BF16_SCATTER)
+#undef MM_GEMM_CASE
+  return none;
+}
+
+/* Lookups exported by the tile files (gemm_tile_*.cu). */
+mm_gemm_kernel_ref mm_gemm_lookup_128x256(int a_sf_block, int out_kind, int num_experts);
+mm_gemm_kernel_ref mm_gemm_lookup_256x128(int a_sf_block, int out_kind, int num_experts);
+mm_gemm_kernel_ref mm_gemm_lookup_128x128(int a_sf_block, int out_kind, int num_experts);
+mm_gemm_kernel_ref mm_gemm_lookup_64x256(int a_sf_block, int out_kind, int num_experts);
+mm_gemm_kernel_ref mm_gemm_lookup_128x128_1p(int a_sf_block, int out_kind, int num_experts);
+
+#define MM_GEMM_OUTS_ALL                                                                            \
+  ((1u << MM_GEMM_OUT_F32) | (1u << MM_GEMM_OUT_BF16) | (1u << MM_GEMM_OUT_SWIGLU_FP8) |           \
+   (1u << MM_GEMM_OUT_BF16_SCATTER))
+
+#endif

@@ -1,0 +1,415 @@
+/* The GEMM engine's mainloop: the shared-memory pipeline, the producer's K
+ * loop (TMA loads, after the rows-ready wait) and the math warpgroups' K loop
+ * (wgmma chains and the per-block promotion).
+ *
+ * ---- Numerics ------------------------------------------------------------------
+ * Every 128-wide K block (64-wide half when a_sf_block = 64: a "promotion
+ * block") goes into a fresh wgmma accumulator `part` (the tensor cores' fp32
+ * accumulation over that block), then acc = fma(part, sa[row] * sb[col], acc),
+ * promotion blocks in K order: the contract's h = sum_kb sa * sb * S_kb. Every
+ * tile uses the same m64n128k32 chains and the same promotion order, so the
+ * result is bitwise the same whatever the tile.
+ *
+ * ---- Barrier protocol ----------------------------------------------------------
+ * A ring of `stages` stages; (stage, phase) advance together in producer and
+ * consumers (mm_gemm_pipe), which walk the same tile sequence, K block by K
+ * block, across tiles.
+ *   full[s]:  count 1. The producer thread waits empty[s] (parity phase ^ 1),
+ *             arrives with expect_tx(kTxBytes), then issues the A, B and A-scale
+ *             TMA loads of the K block, which complete the transaction bytes.
+ *   empty[s]: count 8 (lane 0 of each math warp). A math warp reads its A
+ *             scales from the stage, waits for its last wgmma chain reading the
+ *             stage (wgmma.wait_group), then arrives; before its promotion, so
+ *             the producer refills the stage as early as possible.
+ * No generic-proxy writes to the stages exist, so no proxy fence is needed.
+ *
+ * ---- Leaving early ---------------------------------------------------------------
+ * Every wait is bounded by the problem's deadline. A role that gives up (a
+ * rows-ready or pipeline wait past the deadline: MEGAMOE_ERR_TIMEOUT recorded
+ * in the status record; or an error already recorded by another kernel or
+ * rank) sets the CTA's abort word; the other roles, spinning on a stage that
+ * will never fill, see it and stop waiting. Stages already issued are
+ * consumed normally first (their TMA loads complete), so no copy is in flight
+ * into the shared memory of a CTA that exits.
+ *
+ * A math warpgroup never leaves its K loop early: the four warps of a
+ * warpgroup must issue the same wgmma sequence (.sync.aligned), and a path
+ * that leaves with a wgmma in flight makes ptxas serialize every wgmma of the
+ * kernel (C7514). So a failed wait only marks the tile: the loop runs on
+ * (every later wait fails at once on the abort word, the chains multiply
+ * stale shared memory, harmlessly), and the kernel decides with one vote over
+ * the 256 math threads (mm_gemm_math_vote_ok) whether to store the tile or
+ * leave. */
+#ifndef MEGAMOE_GEMM_MAINLOOP_CUH
+#define MEGAMOE_GEMM_MAINLOOP_CUH
+
+#include <cuda.h>
+
+#include "comm/wait.cuh"
+#include "common.cuh"
+#include "gemm/gemm_cfg.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/sync.cuh"
+#include "ptx/tma.cuh"
+#include "ptx/wgmma.cuh"
+#include "sched/sched_grouped.cuh"
+
+#define MM_GEMM_BAR_VOTE 2 /* named barrier of the math threads' per-tile vote */
+
+/* Pipeline position, identical in producer and consumers. */
+struct mm_gemm_pipe {
+  uint32_t stage;
+  uint32_t phase;
+};
+
+MM_DEVICE void mm_gemm_pipe_advance(mm_gemm_pipe& p, uint32_t stages) {
+  if (++p.stage == stages) {
+    p.stage = 0;
+    p.phase ^= 1u;
+  }
+}
+
+/* One decision for all 256 math threads: true when every thread's tile went
+ * through and no role has given up (bar.red.or over the math threads: the
+ * result is the same in every thread, so later named barriers stay matched). */
+MM_DEVICE bool mm_gemm_math_vote_ok(const mm_gemm_smem& sm, bool mine_ok) {
+  const bool bad = mm_named_barrier_or(MM_GEMM_BAR_VOTE, MM_GEMM_MATH_THREADS, !mine_ok || *sm.abort != 0);
+  return !bad;
+}
+
+/* Waits for a pipeline barrier phase. False when another role gave up, or
+ * when twice the deadline passed (recorded as MM_SITE_GEMM_PIPE; the abort
+ * word is set so the other roles leave too). Twice: a stage waits at most
+ * for the producer's rows-ready wait plus a TMA load, so the producer's own
+ * deadline fires first and names the real cause. */
+MM_DEVICE bool mm_gemm_wait(const mm_gemm_smem& sm, uint32_t bar, uint32_t parity, const mm_gemm_problem& p) {
+  if (mm_mbar_try_wait(bar, parity)) return true;
+  if (*sm.abort) return false;
+  uint64_t t0 = 0;
+  for (uint32_t spin = 1;; ++spin) {
+    if (mm_mbar_try_wait(bar, parity)) return true;
+    if ((spin & 63u) == 0) {
+      if (*sm.abort) return false;
+      const uint64_t now = mm_globaltimer_ns();
+      if (t0 == 0) {
+        t0 = now;
+      } else if (now - t0 > 2 * p.timeout_ns) {
+        if (p.status) mm_record_error(p.status, MEGAMOE_ERR_TIMEOUT, MM_SITE_GEMM_PIPE, -1, (int)blockIdx.x, 0, 0);
+        *sm.abort = 1;
+        return false;
+      }
+    }
+  }
+}
+
+/* Producer: waits until every rows-ready block the tile's A rows touch holds
+ * its target, then orders those rows (written through the generic proxy)
+ * before the TMA loads. */
+template <class Cfg>
+MM_DEVICE bool mm_gemm_wait_rows_ready(const mm_gemm_smem& sm, const mm_gemm_problem& p,
+                                       const mm_gemm_tile_info& ti) {
+  if (!p.ready.counters) return true;
+  mm_wait_ctx ctx;
+  ctx.status = p.status;
+  ctx.timeout_ns = p.timeout_ns;
+  ctx.site = MM_SITE_GEMM_ROWS_READY;
+  ctx.abort_flag = sm.abort;
+  const int b0 = ti.a_row0 / MM_READY_BLOCK_ROWS;
+  const int b1 = (ti.a_row0 + ti.rows - 1) / MM_READY_BLOCK_ROWS;
+  for (int b = b0; b <= b1; ++b) {
+    const int rows_in_block = min(MM_READY_BLOCK_ROWS, ti.expert_rows - (b * MM_READY_BLOCK_ROWS - ti.expert_a_row0));
+    const int target = p.ready.base + p.ready.per_row * rows_in_block;
+    if (!mm_wait_counter_geq<false>(p.ready.counters + b, target, ctx, b)) {
+      *sm.abort = 1;
+      return false;
+    }
+  }
+  mm_fence_proxy_async_global();
+  return true;
+}
+
+/* Producer thread: the K loop of one tile. tm_b rows are expert-major
+ * (row = e * n + column). False when it gave up (the abort word is set). */
+template <class Cfg>
+MM_DEVICE bool mm_gemm_produce_tile(const mm_gemm_smem& sm, mm_gemm_pipe& pipe, const CUtensorMap* tm_a,
+                                    const CUtensorMap* tm_b, const CUtensorMap* tm_sfa, const mm_gemm_problem& p,
+                                    const mm_gemm_tile_info& ti) {
+  if (!mm_gemm_wait_rows_ready<Cfg>(sm, p, ti)) return false;
+  const int kblocks = p.k / MM_GEMM_BLOCK_K;
+  const int b_row = ti.expert * p.n + ti.n0;
+  for (int kb = 0; kb < kblocks; ++kb) {
+    const uint32_t s = pipe.stage;
+    if (!mm_gemm_wait(sm, sm.empty + 8 * s, pipe.phase ^ 1u, p)) return false;
+    const uint32_t full = sm.full + 8 * s;
+    mm_mbar_arrive_expect_tx(full, Cfg::kTxBytes);
+    mm_tma_load_2d(sm.a + s * Cfg::kStageA, tm_a, full, kb * MM_GEMM_BLOCK_K, ti.a_row0);
+    mm_tma_load_2d(sm.b + s * Cfg::kStageB, tm_b, full, kb * MM_GEMM_BLOCK_K, b_row);
+    mm_tma_load_2d(sm.sf + s * Cfg::kStageSF, tm_sfa, full, ti.a_row0, kb * Cfg::kPromo);
+    mm_gemm_pipe_advance(pipe, sm.stages);
+  }
+  return true;
+}
+
+/* Rows / columns of math warpgroup wg (0, 1) inside the tile. */
+template <class Cfg>
+MM_DEVICE int mm_gemm_wg_row0(int wg) {
+  return Cfg::kSplitN ? 0 : wg * Cfg::kWgRows;
+}
+template <class Cfg>
+MM_DEVICE int mm_gemm_wg_col0(int wg) {
+  return Cfg::kSplitN ? wg * Cfg::kWgCols : 0;
+}
+
+/* Fragment coordinates of the calling thread for wave (wm, wn): tile-local
+ * row of registers with (i >> 1) & 1 == 0 (the others are 8 rows below), and
+ * tile-local column of register 0 (register i adds 8 * (i >> 2) + (i & 1)). */
+template <class Cfg>
+MM_DEVICE int mm_gemm_frag_row(int wg, int wm) {
+  return mm_gemm_wg_row0<Cfg>(wg) + 64 * wm + ((threadIdx.x >> 5) & 3) * 16 + ((threadIdx.x & 31) >> 2);
+}
+template <class Cfg>
+MM_DEVICE int mm_gemm_frag_col(int wg, int wn) {
+  return mm_gemm_wg_col0<Cfg>(wg) + 128 * wn + 2 * (threadIdx.x & 3);
+}
+
+/* Issues one wgmma chain: the k32 slices of promotion block h of stage s for
+ * wave (wm, wn) into part (accumulate = 0 on the first slice). */
+template <class Cfg>
+MM_DEVICE void mm_gemm_issue_chain(const mm_gemm_smem& sm, uint32_t s, int h, int row_w, int col_w, int wm, int wn,
+                                   float (&part)[64]) {
+  const uint32_t a_lo0 = mm_wgmma_desc_sw128_lo(sm.a);
+  const uint32_t b_lo0 = mm_wgmma_desc_sw128_lo(sm.b);
+#pragma unroll
+  for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
+  mm_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kK32PerPromo; ++kk) {
+    const int k32 = h * Cfg::kK32PerPromo + kk;
+    const uint32_t a_lo = a_lo0 + ((s * Cfg::kStageA + (uint32_t)(row_w + 64 * wm) * 128u + 32u * k32) >> 4);
+    const uint32_t b_lo = b_lo0 + ((s * Cfg::kStageB + (uint32_t)(col_w + 128 * wn) * 128u + 32u * k32) >> 4);
+    mm_wgmma_m64n128k32_e4m3(part, mm_wgmma_desc(a_lo), mm_wgmma_desc(b_lo), kk > 0 ? 1u : 0u);
+  }
+  mm_wgmma_commit();
+#pragma unroll
+  for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
+}
+
+/* acc += part * (sa[row] * sb[col]): registers i < 32 are the wave's first 64
+ * columns (sb0), i >= 32 the next 64 (sb1); rows with (i >> 1) & 1 are 8 below
+ * (sa1). */
+MM_DEVICE void mm_gemm_promote(float (&acc)[64], const float (&part)[64], float sa0, float sa1, float sb0,
+                               float sb1) {
+  const float s00 = sa0 * sb0, s01 = sa0 * sb1, s10 = sa1 * sb0, s11 = sa1 * sb1;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const bool hi_col = i >= 32, hi_row = (i >> 1) & 1;
+    const float sc = hi_row ? (hi_col ? s11 : s10) : (hi_col ? s01 : s00);
+    acc[i] = fmaf(part[i], sc, acc[i]);
+  }
+}
+
+/* B-scale rows of the waves of a tile: b_sf [E][n / bsn][k / 128] rows for the
+ * first and second 64 columns of each 128-wide wave. */
+template <class Cfg>
+MM_DEVICE void mm_gemm_sfb_rows(const mm_gemm_problem& p, const mm_gemm_tile_info& ti, int col_w,
+                                const float* (&sfb)[Cfg::kWN][2]) {
+  const int kblocks = p.k / MM_GEMM_BLOCK_K;
+  const int bsn = p.b_sf_block_n;
+  const float* sfb_e = p.b_sf + (int64_t)ti.expert * (p.n / bsn) * kblocks;
+#pragma unroll
+  for (int wn = 0; wn < Cfg::kWN; ++wn)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sfb[wn][h] = sfb_e + (int64_t)((ti.n0 + col_w + 128 * wn + 64 * h) / bsn) * kblocks;
+}
+
+/* Math warpgroup, one partial accumulator: per K block and wave, issue the
+ * chain, wait for it, promote. acc[w] (w = wm * kWN + wn) is the promoted
+ * fp32 result of wave (wm, wn) in the m64n128 fragment layout. Every thread
+ * of the warpgroup calls it. False when the pipeline was abandoned. */
+template <class Cfg>
+MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pipe, const mm_gemm_problem& p,
+                                       const mm_gemm_tile_info& ti, int wg, float (&acc)[Cfg::kWaves][64]) {
+  const int lane = threadIdx.x & 31;
+  const int warp = (threadIdx.x >> 5) & 3;
+  const int kblocks = p.k / MM_GEMM_BLOCK_K;
+  const int row_w = mm_gemm_wg_row0<Cfg>(wg);
+  const int col_w = mm_gemm_wg_col0<Cfg>(wg);
+  const int r_in = warp * 16 + (lane >> 2); /* fragment row of registers i with (i >> 1) & 1 == 0 */
+
+  bool wave_ok[Cfg::kWM];
+#pragma unroll
+  for (int wm = 0; wm < Cfg::kWM; ++wm) wave_ok[wm] = row_w + 64 * wm < ti.rows;
+#pragma unroll
+  for (int w = 0; w < Cfg::kWaves; ++w)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[w][i] = 0.f;
+
+  bool ok = true;
+  const float* sfb[Cfg::kWN][2];
+  mm_gemm_sfb_rows<Cfg>(p, ti, col_w, sfb);
+  float sb_next[Cfg::kWN][2];
+#pragma unroll
+  for (int wn = 0; wn < Cfg::kWN; ++wn)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sb_next[wn][h] = __ldg(sfb[wn][h]);
+
+  for (int kb = 0; kb < kblocks; ++kb) {
+    const uint32_t s = pipe.stage;
+    /* B scales: this block's, and the next block's load in flight. */
+    float sb[Cfg::kWN][2];
+    const int kn = kb + 1 < kblocks ? kb + 1 : kb;
+#pragma unroll
+    for (int wn = 0; wn < Cfg::kWN; ++wn)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        sb[wn][h] = sb_next[wn][h];
+        sb_next[wn][h] = __ldg(sfb[wn][h] + kn);
+      }
+    if (!mm_gemm_wait(sm, sm.full + 8 * s, pipe.phase, p)) ok = false;
+
+    /* A scales of this warp's rows, read before the stage is released. */
+    float sa[Cfg::kPromo][Cfg::kWM][2];
+    const float* sf_stage = sm.sf_ptr + s * (Cfg::kStageSF / 4);
+#pragma unroll
+    for (int h = 0; h < Cfg::kPromo; ++h)
+#pragma unroll
+      for (int wm = 0; wm < Cfg::kWM; ++wm) {
+        const int r = row_w + 64 * wm + r_in;
+        sa[h][wm][0] = wave_ok[wm] ? sf_stage[h * Cfg::BM + r] : 0.f;
+        sa[h][wm][1] = wave_ok[wm] ? sf_stage[h * Cfg::BM + r + 8] : 0.f;
+      }
+
+#pragma unroll
+    for (int h = 0; h < Cfg::kPromo; ++h)
+#pragma unroll
+      for (int wm = 0; wm < Cfg::kWM; ++wm)
+#pragma unroll
+        for (int wn = 0; wn < Cfg::kWN; ++wn) {
+          const bool last = h == Cfg::kPromo - 1 && wm == Cfg::kWM - 1 && wn == Cfg::kWN - 1;
+          if (wave_ok[wm]) {
+            float part[64];
+            mm_gemm_issue_chain<Cfg>(sm, s, h, row_w, col_w, wm, wn, part);
+            mm_wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
+            /* The stage's last chain of this warp has completed. */
+            if (last && lane == 0) mm_mbar_arrive(sm.empty + 8 * s);
+            mm_gemm_promote(acc[wm * Cfg::kWN + wn], part, sa[h][wm][0], sa[h][wm][1], sb[wn][0], sb[wn][1]);
+          } else if (last && lane == 0) {
+            mm_mbar_arrive(sm.empty + 8 * s); /* a wave past the expert's rows: nothing to read */
+          }
+        }
+    mm_gemm_pipe_advance(pipe, sm.stages);
+  }
+  return ok;
+}
+
+/* Math warpgroup, two partial accumulators (one wave per warpgroup). Units
+ * u = 0 .. kblocks * kPromo - 1 are the promotion blocks in K order; unit u
+ * goes into part[u & 1]. Unit u + 1 is issued before unit u is waited for and
+ * promoted, so the tensor cores work on it during the promotion:
+ *
+ *   issue(0)
+ *   for u: issue(u + 1) if any; wait until <= 1 group pending (unit u done);
+ *          release u's stage if u is its last unit; promote u
+ *
+ * A unit's scales travel with it (sa read from the stage at issue, sb loaded
+ * from global at issue and used at promotion, hundreds of cycles later). */
+template <class Cfg>
+MM_DEVICE bool mm_gemm_consume_tile_2p(const mm_gemm_smem& sm, mm_gemm_pipe& pipe, const mm_gemm_problem& p,
+                                       const mm_gemm_tile_info& ti, int wg, float (&acc)[1][64]) {
+  static_assert(Cfg::kTwoParts && Cfg::kWaves == 1, "two-part mainloop: one wave per warpgroup");
+  const int lane = threadIdx.x & 31;
+  const int warp = (threadIdx.x >> 5) & 3;
+  const int units = (p.k / MM_GEMM_BLOCK_K) * Cfg::kPromo;
+  const int row_w = mm_gemm_wg_row0<Cfg>(wg);
+  const int col_w = mm_gemm_wg_col0<Cfg>(wg);
+  const int r = row_w + warp * 16 + (lane >> 2);
+  const bool wave_ok = row_w < ti.rows;
+
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[0][i] = 0.f;
+  const float* sfb[1][2];
+  mm_gemm_sfb_rows<Cfg>(p, ti, col_w, sfb);
+
+  /* A wave past the expert's rows (only the second warpgroup of a row-split
+   * tile with <= 64 rows): walk the stages and release them. */
+  if (!wave_ok) {
+    bool ok = true;
+    for (int kb = 0; kb < units / Cfg::kPromo; ++kb) {
+      if (!mm_gemm_wait(sm, sm.full + 8 * pipe.stage, pipe.phase, p)) ok = false;
+      if (lane == 0) mm_mbar_arrive(sm.empty + 8 * pipe.stage);
+      mm_gemm_pipe_advance(pipe, sm.stages);
+    }
+    return ok;
+  }
+
+  bool ok = true;
+  float part0[64], part1[64];
+  float sa0[2], sa1[2], sb0[2], sb1[2]; /* scales of the unit in part0 / part1 */
+  uint32_t st0 = 0, st1 = 0;            /* stage of the unit in part0 / part1 */
+
+  /* Issues unit u into part (stage, scales); on the stage's first unit waits
+   * for it to fill; on its last unit advances the pipe. */
+#define MM_GEMM_ISSUE(u, part, st, sa, sb)                                                      \
+  do {                                                                                          \
+    const int h_ = Cfg::kPromo == 1 ? 0 : ((u) & 1);                                            \
+    const int kb_ = (u) / Cfg::kPromo;                                                          \
+    if (h_ == 0 && !mm_gemm_wait(sm, sm.full + 8 * pipe.stage, pipe.phase, p)) ok = false;       \
+    st = pipe.stage;                                                                            \
+    const float* sf_ = sm.sf_ptr + st * (Cfg::kStageSF / 4) + h_ * Cfg::BM;                     \
+    sa[0] = sf_[r];                                                                             \
+    sa[1] = sf_[r + 8];                                                                         \
+    sb[0] = __ldg(sfb[0][0] + kb_);                                                             \
+    sb[1] = __ldg(sfb[0][1] + kb_);                                                             \
+    mm_gemm_issue_chain<Cfg>(sm, st, h_, row_w, col_w, 0, 0, part);                             \
+    if (h_ == Cfg::kPromo - 1) mm_gemm_pipe_advance(pipe, sm.stages);                           \
+  } while (0)
+
+  /* Unit u has completed: release its stage after its last unit, promote. */
+#define MM_GEMM_FINISH(u, part, st, sa, sb)                                                     \
+  do {                                                                                          \
+    _Pragma("unroll") for (int i_ = 0; i_ < 64; ++i_) mm_wgmma_fence_operand(part[i_]);         \
+    if ((Cfg::kPromo == 1 || ((u) & 1)) && lane == 0) mm_mbar_arrive(sm.empty + 8 * st);        \
+    mm_gemm_promote(acc[0], part, sa[0], sa[1], sb[0], sb[1]);                                  \
+  } while (0)
+
+  /* Straight-line from each issue to its wait (a control-flow merge between
+   * them makes ptxas serialize the wgmmas): two units per iteration while at
+   * least three remain, then the one- or two-unit tail. */
+  MM_GEMM_ISSUE(0, part0, st0, sa0, sb0);
+  int u = 0;
+  for (; u + 2 < units; u += 2) {
+    MM_GEMM_ISSUE(u + 1, part1, st1, sa1, sb1);
+    mm_wgmma_wait<1>();
+    MM_GEMM_FINISH(u, part0, st0, sa0, sb0);
+    MM_GEMM_ISSUE(u + 2, part0, st0, sa0, sb0);
+    mm_wgmma_wait<1>();
+    MM_GEMM_FINISH(u + 1, part1, st1, sa1, sb1);
+  }
+  if (u + 1 < units) {
+    MM_GEMM_ISSUE(u + 1, part1, st1, sa1, sb1);
+    mm_wgmma_wait<1>();
+    MM_GEMM_FINISH(u, part0, st0, sa0, sb0);
+    mm_wgmma_wait<0>();
+    MM_GEMM_FINISH(u + 1, part1, st1, sa1, sb1);
+  } else {
+    mm_wgmma_wait<0>();
+    MM_GEMM_FINISH(u, part0, st0, sa0, sb0);
+  }
+#undef MM_GEMM_ISSUE
+#undef MM_GEMM_FINISH
+  return ok;
+}
+
+/* The mainloop of a tile for either accumulator scheme. Returns this
+ * thread's view of whether every stage arrived; the kernel combines the
+ * views with mm_gemm_math_vote_ok. */
+template <class Cfg>
+MM_DEVICE bool mm_gemm_consume_tile(const mm_gemm_smem& sm, mm_gemm_pipe& pipe, const mm_gemm_problem& p,
+                                    const mm_gemm_tile_info& ti, int wg, float (&acc)[Cfg::kWaves][64]) {
+  if constexpr (Cfg::kTwoParts) return mm_gemm_consume_tile_2p<Cfg>(sm, pipe, p, ti, wg, acc);
+  else return mm_gemm_consume_tile_1p<Cfg>(sm, pipe, p, ti, wg, acc);
+}
+
+#endif
