@@ -226,6 +226,9 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
     draw_routing(rank, T, K, E, seed, h_idx, h_w);
     CK(cudaMemcpy(topk_idx, h_idx, sizeof(int32_t) * (size_t)(T * K), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(topk_w, h_w, sizeof(float) * (size_t)(T * K), cudaMemcpyHostToDevice));
+    /* Pageable copies may still be in flight when cudaMemcpy returns, and the
+     * non-blocking stream does not wait for them. */
+    CK(cudaDeviceSynchronize());
     megamoe_forward_args args = {x, x_sf, topk_idx, MEGAMOE_INDEX_INT32, topk_w, T, 0, y};
     double cell[MAX_ARMS] = {0};
     for (int a = 0; a < o->num_arms; ++a)

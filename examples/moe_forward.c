@@ -160,7 +160,6 @@ static int run_rank(int rank, int num_ranks, int id_fd, int up_fd) {
   float* h_floats = NULL;
   int32_t* h_idx = NULL;
   uint16_t* h_y = NULL;
-  int failed = 0;
 
   /* 1. The device first: every CUDA, NCCL and megamoe call after this one
    *    works on it. */
@@ -179,7 +178,9 @@ static int run_rank(int rank, int num_ranks, int id_fd, int up_fd) {
     HOST_CHECK(read_full(id_fd, &id, sizeof id, now_s() + DEADLINE_S) == 0, "no unique id from the parent");
   }
   MOE_CHECK(megamoe_comm_create(rank, num_ranks, &id, &comm));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  /* A blocking stream: it waits for the cudaMemcpy calls below (they run on
+   * the legacy default stream), so the layer reads complete inputs. */
+  CUDA_CHECK(cudaStreamCreate(&stream));
 
   /* 3. The layer (collective: every rank, same config). */
   megamoe_config cfg = megamoe_config_make(H, I, E, K, T);
@@ -266,40 +267,40 @@ static int run_rank(int rank, int num_ranks, int id_fd, int up_fd) {
          (long long)H, sum_abs / (double)(T * H), bf16_to_float(h_y[0]), bf16_to_float(h_y[1]),
          bf16_to_float(h_y[2]), bf16_to_float(h_y[3]));
   HOST_CHECK(not_finite == 0, "y holds values that are not finite");
-  goto done;
 
-fail:
-  failed = 1;
-  /* A peer may be gone: abort the communicator so that the collective
-   * teardown below fails at once instead of waiting for it. */
-  if (comm) ncclCommAbort(comm);
-done:
-  if (layer) {
-    megamoe_status st = megamoe_destroy(layer); /* collective; frees the layer's memory in any case */
-    if (st != MEGAMOE_OK && !failed) {
-      fprintf(stderr, "rank %d: megamoe_destroy failed: %s\n", rank, megamoe_last_error());
-      failed = 1;
-    }
-  }
-  if (comm && !failed && ncclCommDestroy(comm) != ncclSuccess) {
+  /* 8. Teardown, collective like creation: every rank destroys its layer,
+   *    then its communicator. */
+  MOE_CHECK(megamoe_destroy(layer));
+  layer = NULL;
+  void* device_buffers[] = {x, x_sf, topk_idx, topk_w, y};
+  for (size_t i = 0; i < sizeof device_buffers / sizeof device_buffers[0]; ++i) CUDA_CHECK(cudaFree(device_buffers[i]));
+  x = x_sf = topk_idx = topk_w = y = NULL;
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  stream = NULL;
+  if (ncclCommDestroy(comm) != ncclSuccess) {
+    comm = NULL; /* destroyed or not, not to be used again */
     fprintf(stderr, "rank %d: ncclCommDestroy failed\n", rank);
-    failed = 1;
+    goto fail;
   }
-  void* device_buffers[] = {w1, w1_sf, w2, w2_sf, x, x_sf, topk_idx, topk_w, y};
-  for (size_t i = 0; i < sizeof device_buffers / sizeof device_buffers[0]; ++i)
-    if (device_buffers[i] && cudaFree(device_buffers[i]) != cudaSuccess && !failed) {
-      fprintf(stderr, "rank %d: cudaFree failed\n", rank);
-      failed = 1;
-    }
-  if (stream && cudaStreamDestroy(stream) != cudaSuccess && !failed) {
-    fprintf(stderr, "rank %d: cudaStreamDestroy failed\n", rank);
-    failed = 1;
-  }
+  comm = NULL;
   free(h_bytes);
   free(h_floats);
   free(h_idx);
   free(h_y);
-  return failed ? EXIT_RANK_FAILED : 0;
+  return 0;
+
+fail:
+  /* After a failure the ranks may be out of step, or a peer gone, so the
+   * collective teardown (megamoe_destroy, ncclCommDestroy) could wait for
+   * ever. Abort the communicator (local: it ends NCCL's work and frees it) and
+   * leave without the layer's teardown: the end of the process frees its
+   * device memory, and the parent ends the other ranks. */
+  if (comm) ncclCommAbort(comm);
+  free(h_bytes);
+  free(h_floats);
+  free(h_idx);
+  free(h_y);
+  return EXIT_RANK_FAILED;
 }
 
 /* ---- The parent: counts GPUs, forks the ranks, relays the id, watches ---- */
