@@ -1,39 +1,89 @@
-/* Benchmarks callable from the megamoe tool. */
+/* Benchmarks callable from the megamoe tool.
+ *
+ * Each benchmark's options are parsed and checked first, in plain host code
+ * that touches no GPU (bench_opts.c), so the tool can answer --help, reject a
+ * bad option and say which options a run without a GPU ignores. */
 #ifndef MEGAMOE_BENCH_H
 #define MEGAMOE_BENCH_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "megamoe.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* `megamoe bench-gemm`: our grouped GEMM vs cuBLASLt block-scaled FP8 on the
- * same data, in one process on the current device. argv excludes the tool
- * name and the subcommand. Returns a process exit code. */
-int mm_bench_gemm_main(int argc, char** argv);
+/* Results of the option parsers. */
+enum { MM_PARSE_OK = 0, MM_PARSE_HELP = 1, MM_PARSE_ERROR = 2 };
 
-#ifdef __cplusplus
-}
-#endif
+/* ---- `megamoe bench`: the layer's arms side by side ---------------------- */
+#define MM_BENCH_MAX_POINTS 16
+#define MM_BENCH_MAX_TOKENS (1 << 20) /* per rank, for --tokens and --max-tokens */
+#define MM_BENCH_MAX_ITERS 10000
+#define MM_BENCH_MAX_ROUNDS 100
 
-#endif
+/* Which options the command line gave (mm_bench_layer_opts.given). */
+enum {
+  MM_BENCH_OPT_MODEL = 1 << 0,
+  MM_BENCH_OPT_RANKS = 1 << 1,
+  MM_BENCH_OPT_TOKENS = 1 << 2,
+  MM_BENCH_OPT_ARMS = 1 << 3,
+  MM_BENCH_OPT_ITERS = 1 << 4,
+  MM_BENCH_OPT_ROUNDS = 1 << 5,
+  MM_BENCH_OPT_MAX_TOKENS = 1 << 6
+};
 
-#ifndef MEGAMOE_BENCH_LAYER_DECL
-#define MEGAMOE_BENCH_LAYER_DECL
-#ifdef __cplusplus
-extern "C" {
-#endif
-/* `megamoe bench`: the layer's arms side by side on the visible GPUs (one
- * process per rank). Returns a process exit code. */
-int mm_bench_layer_main(int argc, char** argv);
+typedef struct mm_bench_layer_opts {
+  const char* model;                  /* flash-rank (default), pro-rank, flash, pro */
+  int64_t hidden, intermediate;
+  int experts_per_rank;               /* the -rank models: experts per rank */
+  int experts_total;                  /* the whole models: experts in total (else 0) */
+  int top_k;
+  int ranks;                          /* 0: every visible GPU */
+  int64_t tokens[MM_BENCH_MAX_POINTS]; /* tokens per rank, one point each */
+  int num_points;
+  int64_t max_tokens;                 /* T_max of the layers; 0: the largest point */
+  megamoe_arm arms[MEGAMOE_ARM_COUNT];
+  int num_arms;
+  int iters, rounds;
+  unsigned given;                     /* MM_BENCH_OPT_* bits */
+} mm_bench_layer_opts;
 
+/* Parses and checks the options after "bench" (no GPU touched). Returns
+ * MM_PARSE_OK, MM_PARSE_HELP (-h/--help seen; nothing printed) or
+ * MM_PARSE_ERROR (a line naming the option printed on stderr). */
+int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o);
+
+/* Runs the layer benchmark on the visible GPUs (gpus >= 1), one process per
+ * rank. Checks what depends on the GPU count first. Returns a process exit
+ * code (MM_EXIT_*). The caller has not initialised CUDA (it forks). */
+int mm_bench_layer_run(mm_bench_layer_opts* o, int gpus);
+
+/* ---- `megamoe bench-gemm`: our grouped FP8 GEMM vs cuBLASLt --------------- */
+#define MM_BENCH_GEMM_EXPERTS 32
+
+typedef struct mm_bench_gemm_opts {
+  int quick, tiles, check; /* --quick, --tiles, !--no-check */
+  int iters;               /* >= 20 */
+  int n, k, m;             /* 0: the default lists */
+} mm_bench_gemm_opts;
+
+int mm_bench_gemm_parse(int argc, char** argv, mm_bench_gemm_opts* o);
+
+/* In this process, on the current device. Returns a process exit code. */
+int mm_bench_gemm_run(const mm_bench_gemm_opts* o);
+
+/* ---- Device fills --------------------------------------------------------- */
 /* Fills n fp8 bytes on the device with values ~ N(0, spread^2) (hash of seed
- * and index: no host data), and n_sf floats with scales in [lo, hi). */
+ * and index: no host data), and n floats with values in [lo, hi). 0 on
+ * success. */
 int mm_bench_fill_fp8(void* dst, size_t n, float spread, uint64_t seed, void* stream);
 int mm_bench_fill_uniform(float* dst, size_t n, float lo, float hi, uint64_t seed, void* stream);
+
 #ifdef __cplusplus
 }
 #endif
+
 #endif

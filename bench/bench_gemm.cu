@@ -44,7 +44,7 @@ namespace {
     }                                                                                                 \
   } while (0)
 
-const int kExperts = 32;
+const int kExperts = MM_BENCH_GEMM_EXPERTS;
 const double kHbmBytesPerS = 4.47e12;
 
 __global__ void bench_gemm_spin_kernel(uint64_t ns) {
@@ -92,11 +92,6 @@ float median(float* v, int n) {
   qsort(v, (size_t)n, sizeof(float), cmp_float);
   return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
 }
-
-struct bench_opts {
-  int quick, iters, tiles, check;
-  int n, k, m; /* 0: the default lists */
-};
 
 /* One grouped problem on the device. */
 struct gemm_data {
@@ -216,37 +211,10 @@ void data_free(gemm_data* g) {
   memset(g, 0, sizeof *g);
 }
 
-int parse_opts(int argc, char** argv, bench_opts* o) {
-  memset(o, 0, sizeof *o);
-  o->iters = 30;
-  o->check = 1;
-  for (int i = 0; i < argc; ++i) {
-    if (!strcmp(argv[i], "--quick")) o->quick = 1;
-    else if (!strcmp(argv[i], "--tiles")) o->tiles = 1;
-    else if (!strcmp(argv[i], "--no-check")) o->check = 0;
-    else if (!strcmp(argv[i], "--iters") && i + 1 < argc) o->iters = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--m") && i + 1 < argc) o->m = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--nk") && i + 1 < argc) {
-      if (sscanf(argv[++i], "%d,%d", &o->n, &o->k) != 2) return 1;
-    } else {
-      fprintf(stderr,
-              "usage: megamoe bench-gemm [--quick] [--nk N,K] [--m M] [--iters I (>= 20)] [--tiles] [--no-check]\n");
-      return 1;
-    }
-  }
-  if (o->iters < 20) o->iters = 20;
-  if ((o->n && (o->n % 256 || o->k % 512 || o->n <= 0 || o->k <= 0)) || (o->m && (o->m % (4 * kExperts) || o->m < 0))) {
-    fprintf(stderr, "bench-gemm: N must be a multiple of 256, K of 512, M of %d\n", 4 * kExperts);
-    return 1;
-  }
-  return 0;
-}
-
 }  // namespace
 
-extern "C" int mm_bench_gemm_main(int argc, char** argv) {
-  bench_opts o;
-  if (parse_opts(argc, argv, &o)) return 2;
+extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
+  const mm_bench_gemm_opts o = *opts; /* parsed and checked by mm_bench_gemm_parse */
 
   static const int kNK[4][2] = {{4096, 4096}, {4096, 2048}, {6144, 7168}, {7168, 3072}};
   static const int kM[4] = {256, 2048, 16384, 65536};
@@ -293,6 +261,10 @@ extern "C" int mm_bench_gemm_main(int argc, char** argv) {
   BENCH_CUDA(cudaEventCreate(&e1));
   float* t_ours = (float*)malloc(sizeof(float) * o.iters);
   float* t_lt = (float*)malloc(sizeof(float) * o.iters);
+  if (!t_ours || !t_lt) {
+    fprintf(stderr, "bench-gemm: out of host memory\n");
+    return 1;
+  }
 
   printf("%6s %6s %6s %10s %10s %9s %10s %9s %8s %9s %10s\n", "N", "K", "M", "tile", "ours_us", "ours_TF/s",
          "cublas_us", "cublas_TF", "lt/ours", "hbm_us", "diff");

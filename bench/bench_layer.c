@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench.h"
+#include "cli.h"
 #include "host/procs.h"
 #include "megamoe.h"
 
@@ -23,21 +24,9 @@
 #define HBM_READ_GBS 4470.0   /* HBM read-only */
 #define NVLINK_GBS 365.0      /* SM-driven writes/reads over NVLink, one way */
 
-#define MAX_ARMS 3
-#define MAX_POINTS 16
+#define MAX_ARMS MEGAMOE_ARM_COUNT
 
-typedef struct bench_opts {
-  int ranks;
-  int64_t hidden, intermediate;
-  int experts_per_rank, experts_total, top_k;
-  int64_t tokens[MAX_POINTS];
-  int num_points;
-  int64_t max_tokens;
-  megamoe_arm arms[MAX_ARMS];
-  int num_arms;
-  int iters, rounds;
-  const char* model;
-} bench_opts;
+typedef mm_bench_layer_opts bench_opts;
 
 static int cmp_double(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
@@ -97,6 +86,10 @@ static routing_stats routing_for(const bench_opts* o, int rank, int64_t T, uint6
   routing_stats s = {0, 0, 0, 0};
   const int E = o->experts_total, K = o->top_k, El = E / o->ranks;
   int* hit = calloc((size_t)El, sizeof(int));
+  if (!hit) {
+    s.routed = -1;
+    return s;
+  }
   for (int r = 0; r < o->ranks; ++r) {
     draw_routing(r, T, K, E, seed, scratch_idx, scratch_w);
     for (int64_t i = 0; i < T * K; ++i) {
@@ -146,10 +139,15 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   CK(cudaMalloc((void**)&w1_sf, sizeof(float) * (size_t)(El * (2 * I / 128) * (H / 128))));
   CK(cudaMalloc((void**)&w2_sf, sizeof(float) * (size_t)(El * (H / 128) * (I / 128))));
   const float s1 = (float)(1.0 / 64.0 / sqrt((double)H)), s2 = (float)(1.0 / 64.0 / sqrt((double)I));
-  mm_bench_fill_fp8(w1, (size_t)(El * 2 * I * H), 64.f, 11 + (uint64_t)rank, stream);
-  mm_bench_fill_fp8(w2, (size_t)(El * H * I), 64.f, 23 + (uint64_t)rank, stream);
-  mm_bench_fill_uniform(w1_sf, (size_t)(El * (2 * I / 128) * (H / 128)), 0.5f * s1, 1.5f * s1, 31 + (uint64_t)rank, stream);
-  mm_bench_fill_uniform(w2_sf, (size_t)(El * (H / 128) * (I / 128)), 0.5f * s2, 1.5f * s2, 37 + (uint64_t)rank, stream);
+  if (mm_bench_fill_fp8(w1, (size_t)(El * 2 * I * H), 64.f, 11 + (uint64_t)rank, stream) ||
+      mm_bench_fill_fp8(w2, (size_t)(El * H * I), 64.f, 23 + (uint64_t)rank, stream) ||
+      mm_bench_fill_uniform(w1_sf, (size_t)(El * (2 * I / 128) * (H / 128)), 0.5f * s1, 1.5f * s1,
+                            31 + (uint64_t)rank, stream) ||
+      mm_bench_fill_uniform(w2_sf, (size_t)(El * (H / 128) * (I / 128)), 0.5f * s2, 1.5f * s2,
+                            37 + (uint64_t)rank, stream)) {
+    fprintf(stderr, "rank %d: weight fill kernel failed to launch\n", rank);
+    return 3;
+  }
   /* Inputs at the largest T; smaller points use a prefix. */
   void *x, *y;
   float *x_sf, *topk_w;
@@ -159,8 +157,11 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   CK(cudaMalloc((void**)&topk_idx, sizeof(int32_t) * (size_t)(Tm * K)));
   CK(cudaMalloc((void**)&topk_w, sizeof(float) * (size_t)(Tm * K)));
   CK(cudaMalloc(&y, sizeof(uint16_t) * (size_t)(Tm * H)));
-  mm_bench_fill_fp8(x, (size_t)(Tm * H), 100.f, 41 + (uint64_t)rank, stream);
-  mm_bench_fill_uniform(x_sf, (size_t)(Tm * (H / 128)), 0.004f, 0.006f, 43 + (uint64_t)rank, stream);
+  if (mm_bench_fill_fp8(x, (size_t)(Tm * H), 100.f, 41 + (uint64_t)rank, stream) ||
+      mm_bench_fill_uniform(x_sf, (size_t)(Tm * (H / 128)), 0.004f, 0.006f, 43 + (uint64_t)rank, stream)) {
+    fprintf(stderr, "rank %d: input fill kernel failed to launch\n", rank);
+    return 3;
+  }
   const size_t flush_bytes = 256u << 20;
   void* flush;
   CK(cudaMalloc(&flush, flush_bytes));
@@ -190,6 +191,13 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
 
   int32_t* h_idx = malloc(sizeof(int32_t) * (size_t)(Tm * K));
   float* h_w = malloc(sizeof(float) * (size_t)(Tm * K));
+  /* Sized by the options: iters per round, rounds per arm (checked at parse). */
+  double* times = malloc(sizeof(double) * (size_t)o->iters);
+  double* round_median = malloc(sizeof(double) * (size_t)(MAX_ARMS * o->rounds));
+  if (!h_idx || !h_w || !times || !round_median) {
+    fprintf(stderr, "rank %d: out of host memory\n", rank);
+    return 3;
+  }
   if (rank == 0) {
     printf("\nmegamoe bench: %s, H %lld, I %lld, %d experts (%d per rank), top-%d, %d rank(s), T_max %lld\n",
            o->model, (long long)H, (long long)I, E, El, K, num_ranks, (long long)Tm);
@@ -206,14 +214,23 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   for (int p = 0; p < o->num_points; ++p) {
     const int64_t T = o->tokens[p];
     const uint64_t seed = 1000 + (uint64_t)p;
+    if (T > Tm) { /* mm_bench_layer_parse rejects this; the buffers hold Tm rows */
+      fprintf(stderr, "rank %d: %lld tokens above T_max %lld\n", rank, (long long)T, (long long)Tm);
+      return 3;
+    }
     routing_stats rs = routing_for(o, rank, T, seed, h_idx, h_w);
+    if (rs.routed < 0) {
+      fprintf(stderr, "rank %d: out of host memory\n", rank);
+      return 3;
+    }
     draw_routing(rank, T, K, E, seed, h_idx, h_w);
     CK(cudaMemcpy(topk_idx, h_idx, sizeof(int32_t) * (size_t)(T * K), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(topk_w, h_w, sizeof(float) * (size_t)(T * K), cudaMemcpyHostToDevice));
+    /* Pageable copies may still be in flight when cudaMemcpy returns, and the
+     * non-blocking stream does not wait for them. */
+    CK(cudaDeviceSynchronize());
     megamoe_forward_args args = {x, x_sf, topk_idx, MEGAMOE_INDEX_INT32, topk_w, T, 0, y};
     double cell[MAX_ARMS] = {0};
-    double round_median[MAX_ARMS][16];
-    double* times = malloc(sizeof(double) * (size_t)o->iters);
     for (int a = 0; a < o->num_arms; ++a)
       if (layers[a]) {
         for (int i = 0; i < 3; ++i) MK(megamoe_forward(layers[a], &args, stream)); /* warm-up */
@@ -235,12 +252,11 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
           times[it] = ms * 1000.0;
         }
         MK(megamoe_sync(layers[a], stream));
-        round_median[a][round] = median(times, o->iters);
+        round_median[a * o->rounds + round] = median(times, o->iters);
       }
     }
-    free(times);
     for (int a = 0; a < o->num_arms; ++a)
-      if (layers[a]) cell[a] = median(round_median[a], o->rounds);
+      if (layers[a]) cell[a] = median(&round_median[a * o->rounds], o->rounds);
     double worst[MAX_ARMS];
     memcpy(worst, cell, sizeof worst);
     if (allreduce_max(worst, MAX_ARMS, comm, stream, rank) != 0) return 3;
@@ -271,6 +287,8 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   for (int a = 0; a < o->num_arms; ++a) MK(megamoe_destroy(layers[a]));
   free(h_idx);
   free(h_w);
+  free(times);
+  free(round_median);
   cudaFree(w1);
   cudaFree(w2);
   cudaFree(w1_sf);
@@ -286,83 +304,25 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   return 0;
 }
 
-static int parse_list(const char* s, int64_t* out, int max) {
-  int n = 0;
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", s);
-  for (char* tok = strtok(buf, ","); tok && n < max; tok = strtok(NULL, ",")) out[n++] = atoll(tok);
-  return n;
-}
-
-int mm_bench_layer_main(int argc, char** argv) {
-  bench_opts o;
-  memset(&o, 0, sizeof o);
-  o.model = "flash-rank";
-  o.hidden = 4096;
-  o.intermediate = 2048;
-  o.experts_per_rank = 32;
-  o.top_k = 6;
-  o.num_points = parse_list("64,512,2048,8192", o.tokens, MAX_POINTS);
-  o.iters = 20;
-  o.rounds = 3;
-  o.arms[0] = MEGAMOE_ARM_STAGED;
-  o.arms[1] = MEGAMOE_ARM_SPLIT;
-  o.arms[2] = MEGAMOE_ARM_FUSED;
-  o.num_arms = 3;
-  int gpus = mm_count_gpus();
-  o.ranks = gpus;
-  for (int i = 0; i < argc; ++i) {
-    const char* a = argv[i];
-    const char* v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--ranks") && v) o.ranks = atoi(argv[++i]);
-    else if (!strcmp(a, "--tokens") && v) o.num_points = parse_list(argv[++i], o.tokens, MAX_POINTS);
-    else if (!strcmp(a, "--iters") && v) o.iters = atoi(argv[++i]);
-    else if (!strcmp(a, "--rounds") && v) o.rounds = atoi(argv[++i]);
-    else if (!strcmp(a, "--max-tokens") && v) o.max_tokens = atoll(argv[++i]);
-    else if (!strcmp(a, "--arms") && v) {
-      o.num_arms = 0;
-      char buf[64];
-      snprintf(buf, sizeof buf, "%s", argv[++i]);
-      for (char* tok = strtok(buf, ","); tok && o.num_arms < MAX_ARMS; tok = strtok(NULL, ",")) {
-        if (!strcmp(tok, "staged")) o.arms[o.num_arms++] = MEGAMOE_ARM_STAGED;
-        else if (!strcmp(tok, "split")) o.arms[o.num_arms++] = MEGAMOE_ARM_SPLIT;
-        else if (!strcmp(tok, "fused")) o.arms[o.num_arms++] = MEGAMOE_ARM_FUSED;
-        else {
-          fprintf(stderr, "bench: unknown arm '%s'\n", tok);
-          return 2;
-        }
-      }
-    } else if (!strcmp(a, "--model") && v) {
-      o.model = argv[++i];
-      if (!strcmp(o.model, "flash-rank")) { o.hidden = 4096; o.intermediate = 2048; o.experts_per_rank = 32; o.experts_total = 0; }
-      else if (!strcmp(o.model, "pro-rank")) { o.hidden = 7168; o.intermediate = 3072; o.experts_per_rank = 48; o.experts_total = 0; }
-      else if (!strcmp(o.model, "flash")) { o.hidden = 4096; o.intermediate = 2048; o.experts_total = 256; }
-      else if (!strcmp(o.model, "pro")) { o.hidden = 7168; o.intermediate = 3072; o.experts_total = 384; }
-      else {
-        fprintf(stderr, "bench: unknown model '%s' (flash, pro, flash-rank, pro-rank)\n", o.model);
-        return 2;
-      }
-      o.top_k = 6;
-    } else {
-      fprintf(stderr, "bench: unknown option '%s'\n", a);
-      return 2;
-    }
-  }
-  if (gpus == 0) {
+int mm_bench_layer_run(mm_bench_layer_opts* o, int gpus) {
+  if (gpus < 1) {
     fprintf(stderr, "bench: no GPU visible\n");
-    return 2;
+    return MM_EXIT_NO_GPU;
   }
-  if (o.ranks < 1 || o.ranks > gpus) {
-    fprintf(stderr, "bench: --ranks %d but %d GPU(s) visible\n", o.ranks, gpus);
-    return 2;
+  if (o->ranks == 0) o->ranks = gpus;
+  if (o->ranks > gpus) {
+    fprintf(stderr, "bench: --ranks %d but %d GPU(s) visible\n", o->ranks, gpus);
+    return MM_EXIT_USAGE;
   }
-  if (o.experts_total == 0) o.experts_total = o.experts_per_rank * o.ranks;
-  if (o.experts_total % o.ranks) {
-    fprintf(stderr, "bench: %d experts do not split over %d ranks\n", o.experts_total, o.ranks);
-    return 2;
+  if (o->experts_per_rank > 0) o->experts_total = o->experts_per_rank * o->ranks;
+  if (o->experts_total % o->ranks) {
+    fprintf(stderr, "bench: --model %s: %d experts do not split over %d ranks (--ranks)\n", o->model,
+            o->experts_total, o->ranks);
+    return MM_EXIT_USAGE;
   }
-  if (o.max_tokens == 0)
-    for (int p = 0; p < o.num_points; ++p) o.max_tokens = o.tokens[p] > o.max_tokens ? o.tokens[p] : o.max_tokens;
-  rank_ctx ctx = {&o};
-  return mm_run_ranks(o.ranks, 3000.0, bench_rank, &ctx);
+  if (o->max_tokens == 0)
+    for (int p = 0; p < o->num_points; ++p) o->max_tokens = o->tokens[p] > o->max_tokens ? o->tokens[p] : o->max_tokens;
+  rank_ctx ctx = {o};
+  const int rc = mm_run_ranks(o->ranks, 3000.0, bench_rank, &ctx);
+  return rc == MM_RANKS_OK ? MM_EXIT_OK : MM_EXIT_FAILED; /* the launcher said which rank failed and how */
 }

@@ -115,9 +115,14 @@ megamoe_status megamoe_prepared_weight_bytes(const megamoe_config* config, int n
 
 /* ---- Communicator -------------------------------------------------------
  * A layer runs on an ncclComm_t the caller owns (one process per GPU). This
- * helper makes one: it sets NCCL_NVLS_ENABLE=0 (megamoe never uses NVLink
- * multicast), selects no device (call cudaSetDevice first) and calls
- * ncclCommInitRank. unique_id comes from ncclGetUniqueId on one rank. */
+ * helper makes one: it selects no device (call cudaSetDevice first) and calls
+ * ncclCommInitRank. unique_id comes from ncclGetUniqueId on one rank.
+ * megamoe never uses NVLink multicast and needs NCCL >= 2.28. NCCL has no
+ * per-communicator switch for multicast, and the library never changes the
+ * process environment, so the caller sets NCCL_NVLS_ENABLE=0 before its first
+ * NCCL call (NCCL reads it once; a communicator the caller brings should be
+ * made under it too). Without it this helper returns MEGAMOE_ERR_BAD_ARGUMENT
+ * naming the variable; with an older NCCL library, MEGAMOE_ERR_NCCL. */
 megamoe_status megamoe_comm_create(int rank, int num_ranks, const ncclUniqueId* unique_id,
                                    ncclComm_t* comm_out);
 

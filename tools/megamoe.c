@@ -1,10 +1,15 @@
 /* megamoe: the command-line tool.
  *
  *   megamoe bench [options]       the main job: the layer's arms on all visible GPUs;
- *                                 with no GPU, the CPU reference on a small default problem
+ *                                 with no GPU, the CPU reference on a small problem
  *   megamoe bench-gemm [options]  our grouped FP8 GEMM vs cuBLASLt block-scaled FP8
  *   megamoe info [options]        the buffer layout (regions, offsets, MiB) of a config
- *   megamoe ref [options]         the CPU reference on a small problem, timed */
+ *   megamoe ref [options]         the CPU reference on a small problem, timed
+ *
+ * Every command parses and checks all of its options before it does anything
+ * else (-h/--help prints the usage and exits 0). Exit codes: MM_EXIT_* in
+ * bench/cli.h (0 success, 1 the run failed, 2 bad command line, 4 a GPU is
+ * needed and none is visible). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,82 +17,147 @@
 #include <time.h>
 
 #include "bench.h"
-#include "harness.h"
+#include "bench_rng.h"
+#include "cli.h"
 #include "host/layout.h"
 #include "host/procs.h"
 #include "megamoe.h"
 #include "ref.h"
 
-static void usage(void) {
-  printf(
-      "usage: megamoe <command> [options]\n"
-      "  bench       layer benchmark on all visible GPUs (CPU reference when none):\n"
-      "              --model flash-rank|pro-rank|flash|pro  --ranks N  --tokens 64,512,2048,8192\n"
-      "              --arms staged,split,fused  --iters 20  --rounds 3  --max-tokens T\n"
-      "  bench-gemm  grouped FP8 GEMM vs cuBLASLt (one GPU)\n"
-      "  info        buffer layout: --model flash|pro | --hidden H --intermediate I --experts E --topk K\n"
-      "              --ranks R --max-tokens T --group G --arm staged|split|fused\n"
-      "  ref         CPU reference: --tokens T --hidden H --intermediate I --experts E --topk K --ranks R\n");
+static const char* const kUsageBench =
+    "  bench       the layer's arms side by side on all visible GPUs, one process per GPU;\n"
+    "              with no GPU visible, the CPU reference instead (it honours --tokens and --ranks\n"
+    "              and names the options it ignores)\n"
+    "      --model flash-rank|pro-rank|flash|pro  shape (flash-rank: H 4096, I 2048, 32 experts per rank, top-6)\n"
+    "      --ranks R              ranks, 1..8 (all visible GPUs; no GPU: 4 simulated ranks)\n"
+    "      --tokens T1,T2,...     tokens per rank, one point each, at most 16 (64,512,2048,8192; no GPU: 256)\n"
+    "      --max-tokens T         T_max of the layers, >= every --tokens point (the largest point)\n"
+    "      --arms A1,A2,...       of staged, split, fused, each once (all three)\n"
+    "      --iters N              timed calls per round, 1..10000 (20)\n"
+    "      --rounds N             rounds, arms bracketed A B, B A, ..., 1..100 (3)\n"
+    "              NCCL runs with NCCL_NVLS_ENABLE=0 (set when unset; another value is refused)\n";
+static const char* const kUsageGemm =
+    "  bench-gemm  grouped FP8 GEMM vs cuBLASLt block-scaled FP8, on one GPU\n"
+    "      --quick                N = K = 4096 only, M 256 and 16384\n"
+    "      --nk N,K               one shape: N a multiple of 256, K of 512\n"
+    "      --m M                  one row count, a multiple of 128\n"
+    "      --iters N              timed calls per cell, 20..10000 (30)\n"
+    "      --tiles                also time every tile shape of ours\n"
+    "      --no-check             skip the diff against cuBLASLt\n";
+static const char* const kUsageInfo =
+    "  info        the buffer layout of a config; flags compose in any order, an explicit flag\n"
+    "              overrides the model's value\n"
+    "      --model flash|pro      base shape (flash: H 4096, I 2048, 256 experts, top-6)\n"
+    "      --hidden H  --intermediate I  --experts E  --topk K  --ranks R (8)\n"
+    "      --max-tokens T (or --tokens T; 8192)  --group 64|128  --arm staged|split|fused\n";
+static const char* const kUsageRef =
+    "  ref         the CPU reference on a small problem, timed\n"
+    "      --tokens T (256 per rank)  --hidden H (512)  --intermediate I (512)  --experts E (16)\n"
+    "      --topk K (4)  --ranks R (4, simulated)\n";
+
+static void usage(FILE* f, const char* only) {
+  fprintf(f, "usage: megamoe <command> [options]   (megamoe <command> --help: that command only)\n");
+  if (!only || !strcmp(only, "bench")) fputs(kUsageBench, f);
+  if (!only || !strcmp(only, "bench-gemm")) fputs(kUsageGemm, f);
+  if (!only || !strcmp(only, "info")) fputs(kUsageInfo, f);
+  if (!only || !strcmp(only, "ref")) fputs(kUsageRef, f);
+  fprintf(f, "exit codes: 0 success, 1 the run failed, 2 bad command line, 4 a GPU is needed and none is visible\n");
 }
 
-typedef struct shape_opts {
-  megamoe_config cfg;
-  int ranks;
-} shape_opts;
+/* ---- info ------------------------------------------------------------------ */
 
-static int parse_shape(int argc, char** argv, shape_opts* s) {
-  s->cfg = megamoe_config_make(4096, 2048, 256, 6, 8192);
-  s->ranks = 8;
+/* The info flags, each remembered on its own, so they compose in any order:
+ * the model gives the base shape, explicit flags override it. */
+typedef struct info_opts {
+  const char* model;
+  int64_t hidden, intermediate, max_tokens;
+  int experts, top_k, group, ranks;
+  megamoe_arm arm;
+  int has_arm;
+} info_opts;
+
+static int parse_arm(const char* cmd, const char* opt, const char* v, megamoe_arm* out) {
+  if (!v) return -1;
+  for (int a = 0; a < MEGAMOE_ARM_COUNT; ++a)
+    if (!strcmp(v, megamoe_arm_name((megamoe_arm)a))) {
+      *out = (megamoe_arm)a;
+      return 0;
+    }
+  fprintf(stderr, "%s: %s '%s': unknown arm (staged, split, fused)\n", cmd, opt, v);
+  return -1;
+}
+
+static int parse_info(int argc, char** argv, megamoe_config* cfg, int* ranks) {
+  info_opts o;
+  memset(&o, 0, sizeof o);
+  o.model = "flash";
+  o.ranks = 8;
   for (int i = 0; i < argc; ++i) {
     const char* a = argv[i];
-    if (i + 1 >= argc) {
-      fprintf(stderr, "option %s needs a value\n", a);
-      return -1;
-    }
-    const char* v = argv[++i];
+    if (mm_cli_is_help(a)) return MM_PARSE_HELP;
+    int bad;
     if (!strcmp(a, "--model")) {
-      if (!strcmp(v, "flash")) s->cfg = megamoe_config_make(4096, 2048, 256, 6, s->cfg.max_tokens_per_rank);
-      else if (!strcmp(v, "pro")) s->cfg = megamoe_config_make(7168, 3072, 384, 6, s->cfg.max_tokens_per_rank);
-      else {
-        fprintf(stderr, "unknown model '%s' (flash, pro)\n", v);
-        return -1;
+      o.model = mm_cli_value("info", argc, argv, &i);
+      bad = !o.model;
+      if (!bad && strcmp(o.model, "flash") && strcmp(o.model, "pro")) {
+        fprintf(stderr, "info: --model '%s': unknown model (flash, pro)\n", o.model);
+        bad = 1;
       }
-    } else if (!strcmp(a, "--hidden")) s->cfg.hidden = atoll(v);
-    else if (!strcmp(a, "--intermediate")) s->cfg.intermediate = atoll(v);
-    else if (!strcmp(a, "--experts")) s->cfg.num_experts = atoi(v);
-    else if (!strcmp(a, "--topk")) s->cfg.top_k = atoi(v);
-    else if (!strcmp(a, "--max-tokens") || !strcmp(a, "--tokens")) s->cfg.max_tokens_per_rank = atoll(v);
-    else if (!strcmp(a, "--group")) s->cfg.quant_group = atoi(v);
-    else if (!strcmp(a, "--ranks")) s->ranks = atoi(v);
+    } else if (!strcmp(a, "--hidden"))
+      bad = mm_cli_int64("info", a, mm_cli_value("info", argc, argv, &i), 1, 1 << 24, &o.hidden);
+    else if (!strcmp(a, "--intermediate"))
+      bad = mm_cli_int64("info", a, mm_cli_value("info", argc, argv, &i), 1, 1 << 24, &o.intermediate);
+    else if (!strcmp(a, "--max-tokens") || !strcmp(a, "--tokens"))
+      bad = mm_cli_int64("info", a, mm_cli_value("info", argc, argv, &i), 1, (int64_t)1 << 30, &o.max_tokens);
+    else if (!strcmp(a, "--experts"))
+      bad = mm_cli_int("info", a, mm_cli_value("info", argc, argv, &i), 1, 1 << 20, &o.experts);
+    else if (!strcmp(a, "--topk"))
+      bad = mm_cli_int("info", a, mm_cli_value("info", argc, argv, &i), 1, 1 << 10, &o.top_k);
+    else if (!strcmp(a, "--group"))
+      bad = mm_cli_int("info", a, mm_cli_value("info", argc, argv, &i), 1, 1 << 10, &o.group);
+    else if (!strcmp(a, "--ranks"))
+      bad = mm_cli_int("info", a, mm_cli_value("info", argc, argv, &i), 1, MEGAMOE_MAX_RANKS, &o.ranks);
     else if (!strcmp(a, "--arm")) {
-      if (!strcmp(v, "staged")) s->cfg.arm = MEGAMOE_ARM_STAGED;
-      else if (!strcmp(v, "split")) s->cfg.arm = MEGAMOE_ARM_SPLIT;
-      else if (!strcmp(v, "fused")) s->cfg.arm = MEGAMOE_ARM_FUSED;
-      else {
-        fprintf(stderr, "unknown arm '%s'\n", v);
-        return -1;
-      }
+      bad = parse_arm("info", a, mm_cli_value("info", argc, argv, &i), &o.arm);
+      o.has_arm = !bad;
     } else {
-      fprintf(stderr, "unknown option '%s'\n", a);
-      return -1;
+      fprintf(stderr, "info: unknown option '%s' (megamoe info --help lists them)\n", a);
+      bad = 1;
     }
+    if (bad) return MM_PARSE_ERROR;
   }
-  return 0;
+  *cfg = !strcmp(o.model, "pro") ? megamoe_config_make(7168, 3072, 384, 6, 8192)
+                                 : megamoe_config_make(4096, 2048, 256, 6, 8192);
+  if (o.hidden) cfg->hidden = o.hidden;
+  if (o.intermediate) cfg->intermediate = o.intermediate;
+  if (o.max_tokens) cfg->max_tokens_per_rank = o.max_tokens;
+  if (o.experts) cfg->num_experts = o.experts;
+  if (o.top_k) cfg->top_k = o.top_k;
+  if (o.group) cfg->quant_group = o.group;
+  if (o.has_arm) cfg->arm = o.arm;
+  *ranks = o.ranks;
+  return MM_PARSE_OK;
 }
 
 static int cmd_info(int argc, char** argv) {
-  shape_opts s;
-  if (parse_shape(argc, argv, &s) != 0) return 2;
-  mm_layout l;
-  megamoe_status st = mm_layout_compute(&s.cfg, s.ranks, &l);
-  if (st != MEGAMOE_OK) {
-    fprintf(stderr, "%s\n  %s\n", megamoe_status_string(st), megamoe_last_error());
-    return 1;
+  megamoe_config cfg;
+  int ranks = 0;
+  const int p = parse_info(argc, argv, &cfg, &ranks);
+  if (p == MM_PARSE_HELP) {
+    usage(stdout, "info");
+    return MM_EXIT_OK;
   }
-  const megamoe_config* c = &s.cfg;
+  if (p != MM_PARSE_OK) return MM_EXIT_USAGE;
+  mm_layout l;
+  megamoe_status st = mm_layout_compute(&cfg, ranks, &l);
+  if (st != MEGAMOE_OK) {
+    fprintf(stderr, "info: %s\n  %s\n", megamoe_status_string(st), megamoe_last_error());
+    return MM_EXIT_USAGE;
+  }
+  const megamoe_config* c = &cfg;
   printf("config: H %lld, I %lld, E %d (%lld per rank), top-%d, T_max %lld per rank, G %d, %d ranks, arm %s\n",
          (long long)c->hidden, (long long)c->intermediate, c->num_experts, (long long)l.local_experts, c->top_k,
-         (long long)c->max_tokens_per_rank, c->quant_group, s.ranks, megamoe_arm_name(c->arm));
+         (long long)c->max_tokens_per_rank, c->quant_group, ranks, megamoe_arm_name(c->arm));
   printf("pool capacity: %lld rows\n\n", (long long)l.pool_rows);
   printf("%-10s %-16s %16s %16s %8s %12s\n", "space", "region", "offset", "bytes", "align", "MiB");
   for (int space = 0; space < 2; ++space)
@@ -103,8 +173,10 @@ static int cmd_info(int argc, char** argv) {
   printf("prepared weights: %.1f MiB per rank\n", l.prepared_weight_bytes / 1048576.0);
   printf("total:            %.1f MiB per rank\n",
          (l.symmetric_bytes + l.workspace_bytes + l.prepared_weight_bytes) / 1048576.0);
-  return 0;
+  return MM_EXIT_OK;
 }
+
+/* ---- ref (and bench without a GPU) ----------------------------------------- */
 
 static double now_s(void) {
   struct timespec ts;
@@ -112,34 +184,59 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static void free_rank_data(ref_rank_data* rd, int R) {
+  for (int r = 0; r < R; ++r) {
+    free((void*)rd[r].x);
+    free((void*)rd[r].x_sf);
+    free((void*)rd[r].topk_idx);
+    free((void*)rd[r].topk_w);
+    free(rd[r].y);
+  }
+}
+
 /* The CPU reference on a small problem: T tokens on each of R ranks. */
 static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int R) {
   megamoe_config cfg = megamoe_config_make(H, I, E, K, T);
   megamoe_status st = megamoe_check_config(&cfg, R);
   if (st != MEGAMOE_OK) {
-    fprintf(stderr, "%s\n  %s\n", megamoe_status_string(st), megamoe_last_error());
-    return 1;
+    fprintf(stderr, "ref: %s\n  %s\n", megamoe_status_string(st), megamoe_last_error());
+    return MM_EXIT_USAGE;
   }
   const int El = E / R;
-  mm_rng g = {12345};
-  uint8_t* w1 = malloc((size_t)(E * 2 * I * H));
-  uint8_t* w2 = malloc((size_t)(E * H * I));
-  float* w1_sf = malloc(sizeof(float) * (size_t)(E * (2 * I / 128) * (H / 128)));
-  float* w2_sf = malloc(sizeof(float) * (size_t)(E * (H / 128) * (I / 128)));
-  for (int64_t i = 0; i < E * 2 * I * H; ++i) w1[i] = ref_e4m3_encode((float)(mm_rng_normal(&g) * 64));
-  for (int64_t i = 0; i < E * H * I; ++i) w2[i] = ref_e4m3_encode((float)(mm_rng_normal(&g) * 64));
-  for (int64_t i = 0; i < E * (2 * I / 128) * (H / 128); ++i) w1_sf[i] = (float)(1.0 / 64 / sqrt((double)H));
-  for (int64_t i = 0; i < E * (H / 128) * (I / 128); ++i) w2_sf[i] = (float)(1.0 / 64 / sqrt((double)I));
+  mm_bench_rng g = mm_bench_rng_make(12345);
+  const int64_t n_w1 = (int64_t)E * 2 * I * H, n_w2 = (int64_t)E * H * I;
+  const int64_t n_w1_sf = (int64_t)E * (2 * I / 128) * (H / 128), n_w2_sf = (int64_t)E * (H / 128) * (I / 128);
+  uint8_t* w1 = malloc((size_t)n_w1);
+  uint8_t* w2 = malloc((size_t)n_w2);
+  float* w1_sf = malloc(sizeof(float) * (size_t)n_w1_sf);
+  float* w2_sf = malloc(sizeof(float) * (size_t)n_w2_sf);
   ref_rank_data rd[MEGAMOE_MAX_RANKS];
   memset(rd, 0, sizeof rd);
+  int rc = MM_EXIT_FAILED;
+  if (!w1 || !w2 || !w1_sf || !w2_sf) {
+    fprintf(stderr, "ref: out of host memory for the weights (%.1f MiB)\n", (n_w1 + n_w2) / 1048576.0);
+    goto done;
+  }
+  for (int64_t i = 0; i < n_w1; ++i) w1[i] = ref_e4m3_encode((float)(mm_bench_rng_normal(&g) * 64));
+  for (int64_t i = 0; i < n_w2; ++i) w2[i] = ref_e4m3_encode((float)(mm_bench_rng_normal(&g) * 64));
+  for (int64_t i = 0; i < n_w1_sf; ++i) w1_sf[i] = (float)(1.0 / 64 / sqrt((double)H));
+  for (int64_t i = 0; i < n_w2_sf; ++i) w2_sf[i] = (float)(1.0 / 64 / sqrt((double)I));
   for (int r = 0; r < R; ++r) {
     uint8_t* x = malloc((size_t)(T * H));
     float* x_sf = malloc(sizeof(float) * (size_t)(T * (H / 128)));
     int32_t* idx = malloc(sizeof(int32_t) * (size_t)(T * K));
     float* w = malloc(sizeof(float) * (size_t)(T * K));
+    uint16_t* y = malloc(sizeof(uint16_t) * (size_t)(T * H));
+    rd[r] = (ref_rank_data){T, x, x_sf, idx, w, w1 + (int64_t)r * El * 2 * I * H,
+                            w1_sf + (int64_t)r * El * (2 * I / 128) * (H / 128), w2 + (int64_t)r * El * H * I,
+                            w2_sf + (int64_t)r * El * (H / 128) * (I / 128), y};
+    if (!x || !x_sf || !idx || !w || !y) {
+      fprintf(stderr, "ref: out of host memory for the inputs of rank %d\n", r);
+      goto done;
+    }
     float row[128];
     for (int64_t i = 0; i < T * (H / 128); ++i) {
-      for (int j = 0; j < 128; ++j) row[j] = (float)mm_rng_normal(&g);
+      for (int j = 0; j < 128; ++j) row[j] = (float)mm_bench_rng_normal(&g);
       ref_quantize_group(row, 128, x + i * 128, &x_sf[i]);
     }
     for (int64_t t = 0; t < T; ++t)
@@ -147,16 +244,13 @@ static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int R) {
         idx[t * K + k] = (int)((t * K + k + r) % E); /* distinct within a token since K <= E */
         w[t * K + k] = 1.0f / (float)K;
       }
-    rd[r] = (ref_rank_data){T, x, x_sf, idx, w, w1 + (int64_t)r * El * 2 * I * H,
-                            w1_sf + (int64_t)r * El * (2 * I / 128) * (H / 128), w2 + (int64_t)r * El * H * I,
-                            w2_sf + (int64_t)r * El * (H / 128) * (I / 128), malloc(sizeof(uint16_t) * (size_t)(T * H))};
   }
   const double t0 = now_s();
   st = ref_layer_forward(&cfg, R, rd);
   const double dt = now_s() - t0;
   if (st != MEGAMOE_OK) {
-    fprintf(stderr, "reference failed: %s\n", megamoe_last_error());
-    return 1;
+    fprintf(stderr, "ref: the reference failed: %s\n", megamoe_last_error());
+    goto done;
   }
   double sum = 0, sq = 0;
   for (int r = 0; r < R; ++r)
@@ -170,62 +264,146 @@ static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int R) {
          (long long)T, (long long)H, (long long)I, E, K, R, dt, flops / dt * 1e-9);
   printf("output: mean %.6f, rms %.6f over %lld values\n", sum / (R * T * H), sqrt(sq / (R * T * H)),
          (long long)(R * T * H));
-  for (int r = 0; r < R; ++r) {
-    free((void*)rd[r].x);
-    free((void*)rd[r].x_sf);
-    free((void*)rd[r].topk_idx);
-    free((void*)rd[r].topk_w);
-    free(rd[r].y);
-  }
+  fflush(stdout);
+  rc = MM_EXIT_OK;
+done:
+  free_rank_data(rd, R);
   free(w1);
   free(w2);
   free(w1_sf);
   free(w2_sf);
-  return 0;
+  return rc;
 }
 
 static int cmd_ref(int argc, char** argv) {
   int64_t T = 256, H = 512, I = 512;
   int E = 16, K = 4, R = 4;
-  for (int i = 0; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--tokens")) T = atoll(argv[i + 1]);
-    else if (!strcmp(argv[i], "--hidden")) H = atoll(argv[i + 1]);
-    else if (!strcmp(argv[i], "--intermediate")) I = atoll(argv[i + 1]);
-    else if (!strcmp(argv[i], "--experts")) E = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--topk")) K = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--ranks")) R = atoi(argv[i + 1]);
-    else {
-      fprintf(stderr, "unknown option '%s'\n", argv[i]);
-      return 2;
+  for (int i = 0; i < argc; ++i) {
+    const char* a = argv[i];
+    if (mm_cli_is_help(a)) {
+      usage(stdout, "ref");
+      return MM_EXIT_OK;
     }
+    int bad;
+    if (!strcmp(a, "--tokens")) bad = mm_cli_int64("ref", a, mm_cli_value("ref", argc, argv, &i), 1, 1 << 20, &T);
+    else if (!strcmp(a, "--hidden"))
+      bad = mm_cli_int64("ref", a, mm_cli_value("ref", argc, argv, &i), 1, MEGAMOE_MAX_HIDDEN, &H);
+    else if (!strcmp(a, "--intermediate"))
+      bad = mm_cli_int64("ref", a, mm_cli_value("ref", argc, argv, &i), 1, MEGAMOE_MAX_INTERMEDIATE, &I);
+    else if (!strcmp(a, "--experts"))
+      bad = mm_cli_int("ref", a, mm_cli_value("ref", argc, argv, &i), 1, MEGAMOE_MAX_RANKS * MEGAMOE_MAX_LOCAL_EXPERTS,
+                       &E);
+    else if (!strcmp(a, "--topk")) bad = mm_cli_int("ref", a, mm_cli_value("ref", argc, argv, &i), 1, MEGAMOE_MAX_TOP_K, &K);
+    else if (!strcmp(a, "--ranks")) bad = mm_cli_int("ref", a, mm_cli_value("ref", argc, argv, &i), 1, MEGAMOE_MAX_RANKS, &R);
+    else {
+      fprintf(stderr, "ref: unknown option '%s' (megamoe ref --help lists them)\n", a);
+      bad = 1;
+    }
+    if (bad) return MM_EXIT_USAGE;
   }
   return run_ref(T, H, I, E, K, R);
 }
 
+/* ---- bench ----------------------------------------------------------------- */
+
+/* Without a GPU: the CPU reference at each --tokens point (default 256) on
+ * --ranks simulated ranks (default 4), 4 experts per rank, H = I = 512,
+ * top-4. The rest of the options only mean something on GPUs. */
+static int bench_without_gpu(const mm_bench_layer_opts* o) {
+  static const struct {
+    unsigned bit;
+    const char* name;
+  } kIgnored[] = {{MM_BENCH_OPT_MODEL, "--model"},   {MM_BENCH_OPT_ARMS, "--arms"},
+                  {MM_BENCH_OPT_ITERS, "--iters"},   {MM_BENCH_OPT_ROUNDS, "--rounds"},
+                  {MM_BENCH_OPT_MAX_TOKENS, "--max-tokens"}};
+  const int R = (o->given & MM_BENCH_OPT_RANKS) ? o->ranks : 4;
+  const int64_t default_points[1] = {256};
+  const int64_t* points = (o->given & MM_BENCH_OPT_TOKENS) ? o->tokens : default_points;
+  const int num_points = (o->given & MM_BENCH_OPT_TOKENS) ? o->num_points : 1;
+  printf("no GPU visible: running the CPU reference instead (H 512, I 512, %d experts, top-4, %d simulated ranks, "
+         "T per rank:",
+         4 * R, R);
+  for (int p = 0; p < num_points; ++p) printf("%s%lld", p ? "," : " ", (long long)points[p]);
+  printf(")\n");
+  char ignored[128] = "";
+  for (size_t i = 0; i < sizeof kIgnored / sizeof kIgnored[0]; ++i)
+    if (o->given & kIgnored[i].bit) {
+      if (ignored[0]) strcat(ignored, ", ");
+      strcat(ignored, kIgnored[i].name);
+    }
+  if (ignored[0]) printf("ignored without a GPU: %s (they apply to the GPU benchmark only)\n", ignored);
+  fflush(stdout);
+  for (int p = 0; p < num_points; ++p) {
+    const int rc = run_ref(points[p], 512, 512, 4 * R, 4, R);
+    if (rc != MM_EXIT_OK) return rc;
+  }
+  return MM_EXIT_OK;
+}
+
+/* The benchmark's ranks talk through NCCL, which must leave NVLink multicast
+ * off (megamoe_comm_create requires NCCL_NVLS_ENABLE=0): set it in this
+ * process when unset, before any rank is forked; refuse another value. */
+static int nccl_nvls_off(void) {
+  const char* v = getenv("NCCL_NVLS_ENABLE");
+  if (!v) {
+    if (setenv("NCCL_NVLS_ENABLE", "0", 0) != 0) {
+      perror("bench: setenv NCCL_NVLS_ENABLE");
+      return -1;
+    }
+    return 0;
+  }
+  char* end = NULL;
+  const long x = strtol(v, &end, 10);
+  if (end == v || *end != '\0' || x != 0) {
+    fprintf(stderr, "bench: NCCL_NVLS_ENABLE=%s: megamoe never uses NVLink multicast; unset it or set it to 0\n", v);
+    return -1;
+  }
+  return 0;
+}
+
+static int cmd_bench(int argc, char** argv) {
+  mm_bench_layer_opts o;
+  const int p = mm_bench_layer_parse(argc, argv, &o);
+  if (p == MM_PARSE_HELP) {
+    usage(stdout, "bench");
+    return MM_EXIT_OK;
+  }
+  if (p != MM_PARSE_OK) return MM_EXIT_USAGE;
+  const int gpus = mm_count_gpus(); /* in a throwaway child: this process stays free of CUDA */
+  if (gpus == 0) return bench_without_gpu(&o);
+  if (nccl_nvls_off() != 0) return MM_EXIT_USAGE;
+  return mm_bench_layer_run(&o, gpus);
+}
+
+static int cmd_bench_gemm(int argc, char** argv) {
+  mm_bench_gemm_opts o;
+  const int p = mm_bench_gemm_parse(argc, argv, &o);
+  if (p == MM_PARSE_HELP) {
+    usage(stdout, "bench-gemm");
+    return MM_EXIT_OK;
+  }
+  if (p != MM_PARSE_OK) return MM_EXIT_USAGE;
+  if (mm_count_gpus() == 0) {
+    fprintf(stderr, "bench-gemm: no GPU visible: the GEMM benchmark needs one Hopper GPU\n");
+    return MM_EXIT_NO_GPU;
+  }
+  return mm_bench_gemm_run(&o);
+}
+
 int main(int argc, char** argv) {
-  if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-    usage();
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    usage(stderr, NULL);
+    return MM_EXIT_USAGE;
+  }
+  if (mm_cli_is_help(argv[1])) {
+    usage(stdout, NULL);
+    return MM_EXIT_OK;
   }
   const char* cmd = argv[1];
   if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
   if (!strcmp(cmd, "ref")) return cmd_ref(argc - 2, argv + 2);
-  if (!strcmp(cmd, "bench")) {
-    if (mm_count_gpus() == 0) {
-      printf("no GPU found: running the CPU reference on the small default problem instead "
-             "(T 256 per rank, H 512, I 512, 16 experts, top-4, 4 simulated ranks)\n");
-      return run_ref(256, 512, 512, 16, 4, 4);
-    }
-    return mm_bench_layer_main(argc - 2, argv + 2);
-  }
-  if (!strcmp(cmd, "bench-gemm")) {
-    if (mm_count_gpus() == 0) {
-      fprintf(stderr, "bench-gemm: no GPU found\n");
-      return 2;
-    }
-    return mm_bench_gemm_main(argc - 2, argv + 2);
-  }
-  fprintf(stderr, "unknown command '%s'\n\n", cmd);
-  usage();
-  return 2;
+  if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+  if (!strcmp(cmd, "bench-gemm")) return cmd_bench_gemm(argc - 2, argv + 2);
+  fprintf(stderr, "megamoe: unknown command '%s' (bench, bench-gemm, info, ref; megamoe --help)\n", cmd);
+  return MM_EXIT_USAGE;
 }

@@ -59,8 +59,28 @@ megamoe_status megamoe_comm_create(int rank, int num_ranks, const ncclUniqueId* 
                    MEGAMOE_MAX_RANKS);
   if (rank < 0 || rank >= num_ranks)
     return mm_fail(MEGAMOE_ERR_BAD_RANKS, "rank = %d: must be in [0, %d)", rank, num_ranks);
-  /* megamoe never uses NVLink multicast; keep NCCL from setting it up. */
-  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  /* megamoe never uses NVLink multicast, and NCCL must not set it up either.
+   * NCCL 2.28's ncclConfig_t has no field that turns it off (nvlsCTAs must be
+   * > 0), and the library does not change the caller's environment: the
+   * caller sets NCCL_NVLS_ENABLE=0 before its first NCCL call (NCCL reads it
+   * once). Without it no communicator is made. Accepted: a whole base-10
+   * zero ("0", "00", "-0"), which NCCL's own parse also reads as 0; anything it
+   * might read otherwise (or reject, keeping its default) is refused. */
+  const char* nvls = getenv("NCCL_NVLS_ENABLE");
+  char* nvls_end = NULL;
+  const long nvls_value = nvls ? strtol(nvls, &nvls_end, 10) : -1;
+  if (!nvls || nvls_end == nvls || *nvls_end != '\0' || nvls_value != 0)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
+                   "NCCL_NVLS_ENABLE is %s%s%s, not 0: megamoe never uses NVLink multicast; set "
+                   "NCCL_NVLS_ENABLE=0 in the environment before the process's first NCCL call",
+                   nvls ? "'" : "unset", nvls ? nvls : "", nvls ? "'" : "");
+  int nccl_version = 0;
+  NCCL_TRY(ncclGetVersion(&nccl_version));
+  if (nccl_version < 22800) /* NCCL_VERSION(2, 28, 0) */
+    return mm_fail(MEGAMOE_ERR_NCCL,
+                   "NCCL library %d.%d.%d: megamoe needs NCCL >= 2.28 (symmetric memory windows, "
+                   "LSA pointers)",
+                   nccl_version / 10000, nccl_version / 100 % 100, nccl_version % 100);
   NCCL_TRY(ncclCommInitRank(comm_out, num_ranks, *unique_id, rank));
   return MEGAMOE_OK;
 }

@@ -1,0 +1,78 @@
+/* Checked command-line values (see cli.h). */
+#include "cli.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int mm_cli_is_help(const char* a) { return a && (!strcmp(a, "-h") || !strcmp(a, "--help")); }
+
+const char* mm_cli_value(const char* cmd, int argc, char** argv, int* i) {
+  const char* opt = argv[*i];
+  if (*i + 1 >= argc || !strncmp(argv[*i + 1], "--", 2)) {
+    fprintf(stderr, "%s: option %s needs a value\n", cmd, opt);
+    return NULL;
+  }
+  *i += 1;
+  return argv[*i];
+}
+
+/* Parses text[0, len) as a base-10 integer in [lo, hi]. */
+static int parse_range(const char* cmd, const char* opt, const char* shown, const char* text, size_t len,
+                       int64_t lo, int64_t hi, int64_t* out) {
+  char buf[64];
+  if (len == 0 || len >= sizeof buf) {
+    fprintf(stderr, "%s: %s '%s': %s\n", cmd, opt, shown, len == 0 ? "empty value" : "not a whole number");
+    return -1;
+  }
+  memcpy(buf, text, len);
+  buf[len] = '\0';
+  char* end = NULL;
+  errno = 0;
+  const long long v = strtoll(buf, &end, 10);
+  if (end == buf || *end != '\0') {
+    fprintf(stderr, "%s: %s '%s': '%s' is not a whole number\n", cmd, opt, shown, buf);
+    return -1;
+  }
+  if (errno == ERANGE || v < lo || v > hi) {
+    fprintf(stderr, "%s: %s %s: must be in [%" PRId64 ", %" PRId64 "]\n", cmd, opt, buf, lo, hi);
+    return -1;
+  }
+  *out = (int64_t)v;
+  return 0;
+}
+
+int mm_cli_int64(const char* cmd, const char* opt, const char* text, int64_t lo, int64_t hi, int64_t* out) {
+  if (!text) return -1;
+  return parse_range(cmd, opt, text, text, strlen(text), lo, hi, out);
+}
+
+int mm_cli_int(const char* cmd, const char* opt, const char* text, int lo, int hi, int* out) {
+  int64_t v = 0;
+  if (mm_cli_int64(cmd, opt, text, lo, hi, &v) != 0) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+int mm_cli_int64_list(const char* cmd, const char* opt, const char* text, int64_t lo, int64_t hi, int64_t* out,
+                      int max, int* count) {
+  if (!text) return -1;
+  int n = 0;
+  const char* p = text;
+  for (;;) {
+    const char* comma = strchr(p, ',');
+    const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (n == max) {
+      fprintf(stderr, "%s: %s '%s': at most %d values\n", cmd, opt, text, max);
+      return -1;
+    }
+    if (parse_range(cmd, opt, text, p, len, lo, hi, &out[n]) != 0) return -1;
+    ++n;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  *count = n;
+  return 0;
+}

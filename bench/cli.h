@@ -1,0 +1,44 @@
+/* Checked command-line values for the megamoe tool and its benchmarks.
+ *
+ * Every function that reads a value prints one line on stderr naming the
+ * command, the option and what is wrong ("bench: --rounds 0: must be in
+ * [1, 100]") and returns -1 when the value is missing, not a whole number or
+ * out of range; 0 on success. Integers are read with strtoll: the whole text
+ * must be the number (no trailing characters), in base 10. */
+#ifndef MEGAMOE_BENCH_CLI_H
+#define MEGAMOE_BENCH_CLI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Process exit codes of the tool (documented in its usage and the README). */
+enum {
+  MM_EXIT_OK = 0,
+  MM_EXIT_FAILED = 1, /* the run failed (the message says where) */
+  MM_EXIT_USAGE = 2,  /* bad command line: unknown command or option, bad value */
+  MM_EXIT_NO_GPU = 4  /* the command needs a GPU and none is visible */
+};
+
+/* 1 when a is "-h" or "--help". */
+int mm_cli_is_help(const char* a);
+
+/* The value of the option argv[*i]: argv[*i + 1], advancing *i past it. NULL
+ * (after "<cmd>: option <opt> needs a value") when there is none or when the
+ * next word is itself an option ("--..."). */
+const char* mm_cli_value(const char* cmd, int argc, char** argv, int* i);
+
+int mm_cli_int64(const char* cmd, const char* opt, const char* text, int64_t lo, int64_t hi, int64_t* out);
+int mm_cli_int(const char* cmd, const char* opt, const char* text, int lo, int hi, int* out);
+
+/* A comma-separated list of 1..max integers, each in [lo, hi]; no empty items. */
+int mm_cli_int64_list(const char* cmd, const char* opt, const char* text, int64_t lo, int64_t hi, int64_t* out,
+                      int max, int* count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,305 @@
+/* The command-line tool, run as a user runs it: build/megamoe with arguments
+ * (fork + exec), its exit status, stdout and stderr. The GPUs are hidden from
+ * it (CUDA_VISIBLE_DEVICES=""), so these tests take the same paths on a CPU
+ * machine and on a GPU machine and never need a GPU.
+ *
+ * The tool is found next to this test binary (both are in the build folder),
+ * or at $MEGAMOE_TOOL. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "megamoe.h"
+#include "unit.h"
+
+/* The tool's documented exit codes (its usage, the README). */
+enum { MM_EXIT_OK = 0, MM_EXIT_USAGE = 2, MM_EXIT_NO_GPU = 4 };
+
+typedef struct tool_run {
+  int status;       /* exit code; -1 when it did not exit normally */
+  char out[16384];  /* stdout, truncated */
+  char err[16384];  /* stderr, truncated */
+} tool_run;
+
+static int tool_path(char* path, size_t n) {
+  const char* env = getenv("MEGAMOE_TOOL");
+  if (env && *env) {
+    snprintf(path, n, "%s", env);
+    return access(path, X_OK);
+  }
+  char self[PATH_MAX];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) return -1;
+  self[len] = '\0';
+  char* slash = strrchr(self, '/');
+  if (!slash) return -1;
+  *slash = '\0';
+  if ((size_t)snprintf(path, n, "%.*s/megamoe", (int)(n - 16), self) >= n) return -1;
+  return access(path, X_OK);
+}
+
+static void read_back(int fd, char* buf, size_t n) {
+  buf[0] = '\0';
+  if (lseek(fd, 0, SEEK_SET) != 0) return;
+  size_t got = 0;
+  while (got + 1 < n) {
+    const ssize_t r = read(fd, buf + got, n - 1 - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  buf[got] = '\0';
+}
+
+/* Runs the tool with args (NULL-terminated, without the program name), GPUs
+ * hidden, at most timeout_s seconds. 0 when it ran (any exit status). */
+static int run_tool(const char* const* args, double timeout_s, tool_run* res) {
+  static char path[PATH_MAX];
+  memset(res, 0, sizeof *res);
+  res->status = -1;
+  if (tool_path(path, sizeof path) != 0) {
+    fprintf(stderr, "    the tool is not built next to the tests (%s): make all\n", path);
+    return -1;
+  }
+  char out_name[] = "/tmp/megamoe_cli_out_XXXXXX", err_name[] = "/tmp/megamoe_cli_err_XXXXXX";
+  const int out = mkstemp(out_name), err = mkstemp(err_name);
+  if (out < 0 || err < 0) return -1;
+  unlink(out_name);
+  unlink(err_name);
+  const char* argv[64];
+  int argc = 0;
+  argv[argc++] = path;
+  for (int i = 0; args[i] && argc < 63; ++i) argv[argc++] = args[i];
+  argv[argc] = NULL;
+  fflush(NULL);
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    execv(path, (char* const*)argv);
+    _exit(127);
+  }
+  int status = 0;
+  const struct timespec tick = {0, 5 * 1000 * 1000};
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) return -1;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if ((double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9 > timeout_s) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      fprintf(stderr, "    the tool ran past %.0f s\n", timeout_s);
+      close(out);
+      close(err);
+      return -1;
+    }
+    nanosleep(&tick, NULL);
+  }
+  res->status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  read_back(out, res->out, sizeof res->out);
+  read_back(err, res->err, sizeof res->err);
+  close(out);
+  close(err);
+  return 0;
+}
+
+#define RUN(res, ...)                                                           \
+  do {                                                                          \
+    const char* const args_[] = {__VA_ARGS__, NULL};                            \
+    CHECK_MSG(run_tool(args_, 120.0, (res)) == 0, "could not run the tool");    \
+  } while (0)
+
+#define CHECK_HAS(text, want) CHECK_MSG(strstr((text), (want)) != NULL, "output lacks \"%s\":\n%s", (want), (text))
+#define CHECK_LACKS(text, bad) CHECK_MSG(strstr((text), (bad)) == NULL, "output has \"%s\":\n%s", (bad), (text))
+
+/* A usage error: exit 2, a message on stderr naming `names`, nothing run. */
+#define CHECK_USAGE_ERROR(res, names)                                                               \
+  do {                                                                                              \
+    CHECK_MSG((res)->status == MM_EXIT_USAGE, "exit %d (want 2); stderr: %s", (res)->status, (res)->err); \
+    CHECK_HAS((res)->err, names);                                                                   \
+    CHECK_LACKS((res)->out, "CPU reference: T");                                                     \
+  } while (0)
+
+static tool_run g_res; /* large: kept off the stack */
+
+static mm_test_result test_help(void) {
+  tool_run* r = &g_res;
+  RUN(r, "--help");
+  CHECK_EQ_INT(r->status, MM_EXIT_OK);
+  CHECK_HAS(r->out, "usage: megamoe");
+  CHECK_HAS(r->out, "bench-gemm");
+  RUN(r, "info", "-h");
+  CHECK_EQ_INT(r->status, MM_EXIT_OK);
+  CHECK_HAS(r->out, "--intermediate");
+  RUN(r, "frobnicate");
+  CHECK_USAGE_ERROR(r, "frobnicate");
+  const char* const none[] = {NULL};
+  CHECK(run_tool(none, 60.0, r) == 0);
+  CHECK_EQ_INT(r->status, MM_EXIT_USAGE);
+  CHECK_HAS(r->err, "usage: megamoe");
+  return MM_TEST_PASS;
+}
+
+/* Without a GPU, bench still reads its options first: --help prints the
+ * usage and runs nothing; an unknown option is an error. */
+static mm_test_result test_bench_help_and_unknown_option_without_gpu(void) {
+  tool_run* r = &g_res;
+  RUN(r, "bench", "--help");
+  CHECK_EQ_INT(r->status, MM_EXIT_OK);
+  CHECK_HAS(r->out, "--rounds");
+  CHECK_LACKS(r->out, "CPU reference: T");
+  RUN(r, "bench", "--tokens", "16", "--help");
+  CHECK_EQ_INT(r->status, MM_EXIT_OK);
+  CHECK_LACKS(r->out, "CPU reference: T");
+  RUN(r, "bench", "--frobnicate");
+  CHECK_USAGE_ERROR(r, "'--frobnicate'");
+  RUN(r, "bench", "--model", "flash-rankk");
+  CHECK_USAGE_ERROR(r, "--model 'flash-rankk'");
+  RUN(r, "bench", "--arms", "staged,bogus");
+  CHECK_USAGE_ERROR(r, "'bogus'");
+  RUN(r, "bench", "--arms", "staged,staged");
+  CHECK_USAGE_ERROR(r, "given twice");
+  RUN(r, "bench", "--ranks");
+  CHECK_USAGE_ERROR(r, "--ranks needs a value");
+  RUN(r, "bench", "--ranks", "9");
+  CHECK_USAGE_ERROR(r, "--ranks 9");
+  return MM_TEST_PASS;
+}
+
+/* --rounds, --iters and --max-tokens size the benchmark's buffers: values
+ * that would write or read outside them are rejected, naming the option. */
+static mm_test_result test_bench_rejects_out_of_range_counts(void) {
+  tool_run* r = &g_res;
+  RUN(r, "bench", "--rounds", "101"); /* the usage says 1..100 */
+  CHECK_USAGE_ERROR(r, "--rounds 101");
+  RUN(r, "bench", "--rounds", "0");
+  CHECK_USAGE_ERROR(r, "--rounds 0");
+  RUN(r, "bench", "--iters", "0");
+  CHECK_USAGE_ERROR(r, "--iters 0");
+  RUN(r, "bench", "--iters", "-5");
+  CHECK_USAGE_ERROR(r, "--iters -5");
+  RUN(r, "bench", "--tokens", "64,512", "--max-tokens", "100");
+  CHECK_USAGE_ERROR(r, "--max-tokens 100 is below the --tokens point 512");
+  RUN(r, "bench", "--max-tokens", "100", "--tokens", "64,512"); /* either order */
+  CHECK_USAGE_ERROR(r, "--max-tokens 100");
+  RUN(r, "bench", "--max-tokens", "100"); /* below the default points */
+  CHECK_USAGE_ERROR(r, "--max-tokens 100 is below the --tokens point 512");
+  return MM_TEST_PASS;
+}
+
+/* Integer values are checked whole: no trailing text, no overflow, no empty
+ * list items, no more points than the benchmark holds. */
+static mm_test_result test_integer_values_are_checked(void) {
+  tool_run* r = &g_res;
+  RUN(r, "bench", "--iters", "20x");
+  CHECK_USAGE_ERROR(r, "--iters");
+  RUN(r, "bench", "--rounds", "99999999999999999999999");
+  CHECK_USAGE_ERROR(r, "--rounds");
+  RUN(r, "bench", "--tokens", "64,,512");
+  CHECK_USAGE_ERROR(r, "--tokens '64,,512'");
+  RUN(r, "bench", "--tokens", "64,abc");
+  CHECK_USAGE_ERROR(r, "'abc' is not a whole number");
+  RUN(r, "bench", "--tokens", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17");
+  CHECK_USAGE_ERROR(r, "at most 16 values");
+  RUN(r, "ref", "--tokens", "12abc");
+  CHECK_USAGE_ERROR(r, "--tokens");
+  RUN(r, "ref", "--hidden", "");
+  CHECK_USAGE_ERROR(r, "--hidden");
+  RUN(r, "info", "--experts", "-3");
+  CHECK_USAGE_ERROR(r, "--experts -3");
+  RUN(r, "bench-gemm", "--nk", "4096");
+  CHECK_USAGE_ERROR(r, "--nk 4096");
+  RUN(r, "bench-gemm", "--iters", "5");
+  CHECK_USAGE_ERROR(r, "--iters 5");
+  return MM_TEST_PASS;
+}
+
+/* Without a GPU, bench runs the CPU reference with the options that make
+ * sense there (--tokens, --ranks) and names the ones it ignores. */
+static mm_test_result test_bench_without_gpu_honours_options(void) {
+  tool_run* r = &g_res;
+  RUN(r, "bench", "--tokens", "16,32", "--ranks", "2", "--rounds", "17", "--arms", "staged", "--iters", "7");
+  CHECK_MSG(r->status == MM_EXIT_OK, "exit %d; stderr: %s", r->status, r->err);
+  CHECK_HAS(r->out, "CPU reference: T 16 per rank");
+  CHECK_HAS(r->out, "CPU reference: T 32 per rank");
+  CHECK_HAS(r->out, "2 ranks");
+  CHECK_HAS(r->out, "ignored without a GPU: --arms, --iters, --rounds");
+  CHECK_LACKS(r->out, "--model");
+  RUN(r, "bench");
+  CHECK_EQ_INT(r->status, MM_EXIT_OK);
+  CHECK_HAS(r->out, "CPU reference: T 256 per rank");
+  CHECK_LACKS(r->out, "ignored");
+  return MM_TEST_PASS;
+}
+
+/* ref: an option given without a value is an error naming it (it used to be
+ * dropped), as is one followed by another option. */
+static mm_test_result test_ref_option_without_value(void) {
+  tool_run* r = &g_res;
+  RUN(r, "ref", "--tokens");
+  CHECK_USAGE_ERROR(r, "option --tokens needs a value");
+  RUN(r, "ref", "--tokens", "16", "--hidden");
+  CHECK_USAGE_ERROR(r, "option --hidden needs a value");
+  RUN(r, "ref", "--tokens", "--hidden", "512");
+  CHECK_USAGE_ERROR(r, "option --tokens needs a value");
+  RUN(r, "ref", "--tokens", "8", "--ranks", "2", "--experts", "4", "--topk", "2", "--hidden", "256",
+      "--intermediate", "256");
+  CHECK_MSG(r->status == MM_EXIT_OK, "exit %d; stderr: %s", r->status, r->err);
+  CHECK_HAS(r->out, "CPU reference: T 8 per rank, H 256, I 256, E 4, top-2, 2 ranks");
+  return MM_TEST_PASS;
+}
+
+/* info: flags compose in any order; an explicit flag wins over the model. */
+static mm_test_result test_info_flags_compose(void) {
+  static tool_run first;
+  tool_run* r = &g_res;
+  RUN(&first, "info", "--hidden", "1024", "--ranks", "4", "--model", "pro");
+  CHECK_MSG(first.status == MM_EXIT_OK, "exit %d; stderr: %s", first.status, first.err);
+  CHECK_HAS(first.out, "config: H 1024, I 3072, E 384 (96 per rank)");
+  CHECK_HAS(first.out, "4 ranks");
+  RUN(r, "info", "--model", "pro", "--ranks", "4", "--hidden", "1024");
+  CHECK_EQ_INT(r->status, MM_EXIT_OK);
+  CHECK_MSG(!strcmp(first.out, r->out), "the order of the flags changed the output:\n%s\n---\n%s", first.out, r->out);
+  RUN(r, "info", "--max-tokens", "64", "--group", "64", "--arm", "staged", "--model", "flash");
+  CHECK_EQ_INT(r->status, MM_EXIT_OK);
+  CHECK_HAS(r->out, "T_max 64 per rank, G 64");
+  RUN(r, "info", "--group", "96");
+  CHECK_EQ_INT(r->status, MM_EXIT_USAGE);
+  CHECK_HAS(r->err, "MEGAMOE_ERR_BAD_QUANT_GROUP");
+  return MM_TEST_PASS;
+}
+
+/* bench-gemm reads its options first too, then needs a GPU (exit 4). */
+static mm_test_result test_bench_gemm_without_gpu(void) {
+  tool_run* r = &g_res;
+  RUN(r, "bench-gemm", "--help");
+  CHECK_EQ_INT(r->status, MM_EXIT_OK);
+  CHECK_HAS(r->out, "--nk");
+  RUN(r, "bench-gemm", "--bogus");
+  CHECK_USAGE_ERROR(r, "'--bogus'");
+  RUN(r, "bench-gemm", "--quick");
+  CHECK_EQ_INT(r->status, MM_EXIT_NO_GPU);
+  CHECK_HAS(r->err, "no GPU visible");
+  return MM_TEST_PASS;
+}
+
+const mm_test unit_suite_cli[] = {
+    {"cli_help_and_unknown_command", test_help},
+    {"cli_bench_help_and_unknown_option_without_gpu", test_bench_help_and_unknown_option_without_gpu},
+    {"cli_bench_rejects_out_of_range_counts", test_bench_rejects_out_of_range_counts},
+    {"cli_integer_values_are_checked", test_integer_values_are_checked},
+    {"cli_bench_without_gpu_honours_options", test_bench_without_gpu_honours_options},
+    {"cli_ref_option_without_value", test_ref_option_without_value},
+    {"cli_info_flags_compose", test_info_flags_compose},
+    {"cli_bench_gemm_without_gpu", test_bench_gemm_without_gpu},
+    {NULL, NULL}};
