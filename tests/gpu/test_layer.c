@@ -2,6 +2,23 @@
  * global problem from the seed, runs the layer and compares its own tokens'
  * output with the CPU reference (computed for its own tokens only).
  *
+ * Every output is judged token by token with ref_check_output (ref/ref_check.h:
+ * per-token relative L2 error and max abs error over the row's rms, the
+ * whole-rank diff, NaN/Inf, exact zeros for fully masked tokens), and every
+ * checked forward prints one line of its statistics to stdout, so the bounds
+ * can be calibrated from a GPU run. That the checker rejects a zeroed row, a
+ * neighbour's row, dropped slots, a scaled routing weight, zeroed columns and
+ * the wrong quantization group (each of which the old diff < 0.01 passed) is
+ * proven on planted bugs in tests/unit/test_ref_check.c. Here,
+ * MEGAMOE_TEST_PLANT_BUG=1 zeroes one row of every downloaded output before
+ * it is checked (lt_compare): every layer test that checks an output with
+ * tokens must then FAIL, which proves the wiring from the device output to
+ * the verdict on the GPU machine. (The planted zero row is also what the
+ * CPU-side sanity run of this file's routing, reference and checker, made
+ * without a GPU while writing it, saw fail on every rank.)
+ *
+ * Masked slots carry NaN routing weights (nothing may read them).
+ *
  * Collective calls (create, forward, destroy) are made by every rank whatever
  * happened locally, so a local failure never leaves a peer waiting. */
 #include <math.h>
@@ -13,8 +30,7 @@
 
 #include "rank_ctx.h"
 #include "ref.h"
-
-#define DIFF_LIMIT 0.01
+#include "ref_check.h"
 
 /* ---- One problem: global weights, every rank's tokens, this rank's reference */
 typedef struct lt_case {
@@ -22,6 +38,8 @@ typedef struct lt_case {
   int64_t tokens[MEGAMOE_MAX_RANKS]; /* T of each rank */
   double mask_ratio;                 /* fraction of slots set to -1 */
   int one_expert;                    /* >= 0: every token's slot 0 goes there, other slots masked */
+  int one_rank;                      /* >= 0: every slot goes to distinct experts of this rank (K <= E_l) */
+  int repeat_expert;                 /* 1: slots of a token share an expert (patterns in fill_routing) */
   int idx64;                         /* int64 top-k indices */
   uint64_t seed;                     /* tokens and routing */
   uint64_t weight_seed;              /* weights (0: same as seed) */
@@ -72,24 +90,49 @@ static void fill_tokens(mm_rng* g, uint8_t* x, float* x_sf, int64_t T, int64_t H
     }
 }
 
-static void fill_routing(mm_rng* g, const lt_case* c, int32_t* idx, float* w, int64_t T) {
-  const int K = c->cfg.top_k, E = c->cfg.num_experts;
+/* Top-k of T tokens: K distinct experts per token (from all E, or from the
+ * E_l experts of rank one_rank), weights in [0.05, 1.05); then, with
+ * repeat_expert, slots that share an expert (token t % 3 == 0: slot 1 takes
+ * slot 0's expert; 1: slot K-1 does; 2: every slot does; the contract treats
+ * each slot on its own); then each slot masked with probability mask_ratio;
+ * with one_expert, slot 0 goes there and the rest are masked. A masked slot
+ * is -1 with a NaN weight: nothing may read it. */
+static int fill_routing(mm_rng* g, const lt_case* c, int El, int32_t* idx, float* w, int64_t T) {
+  const int K = c->cfg.top_k;
+  const int first = c->one_rank >= 0 ? c->one_rank * El : 0;
+  const int choices = c->one_rank >= 0 ? El : c->cfg.num_experts;
+  if (K > choices) {
+    fprintf(stderr, "    fill_routing: K %d distinct experts out of %d\n", K, choices);
+    return -1;
+  }
   for (int64_t t = 0; t < T; ++t) {
+    int32_t* ti = idx + t * K;
+    float* tw = w + t * K;
     for (int k = 0; k < K; ++k) { /* distinct experts per token */
       int e;
       int fresh;
       do {
-        e = (int)mm_rng_below(g, (uint64_t)E);
+        e = first + (int)mm_rng_below(g, (uint64_t)choices);
         fresh = 1;
-        for (int j = 0; j < k; ++j) fresh &= idx[t * K + j] != e;
+        for (int j = 0; j < k; ++j) fresh &= ti[j] != e;
       } while (!fresh);
-      idx[t * K + k] = e;
-      w[t * K + k] = (float)(0.05 + mm_rng_uniform(g));
-      if (mm_rng_uniform(g) < c->mask_ratio) idx[t * K + k] = -1;
+      ti[k] = e;
+      tw[k] = (float)(0.05 + mm_rng_uniform(g));
     }
+    if (c->repeat_expert && K >= 2) {
+      if (t % 3 == 0) ti[1] = ti[0];
+      else if (t % 3 == 1) ti[K - 1] = ti[0];
+      else
+        for (int k = 1; k < K; ++k) ti[k] = ti[0];
+    }
+    for (int k = 0; k < K; ++k)
+      if (mm_rng_uniform(g) < c->mask_ratio) ti[k] = -1;
     if (c->one_expert >= 0)
-      for (int k = 0; k < K; ++k) idx[t * K + k] = k == 0 ? c->one_expert : -1;
+      for (int k = 0; k < K; ++k) ti[k] = k == 0 ? c->one_expert : -1;
+    for (int k = 0; k < K; ++k)
+      if (ti[k] < 0) tw[k] = NAN;
   }
+  return 0;
 }
 
 /* The reference for this rank's tokens only (a token depends on nothing
@@ -141,7 +184,7 @@ static int lt_build(const lt_case* c, int R, int rank, lt_data* d) {
     d->w[r] = malloc(sizeof(float) * (size_t)(T * K) + 1);
     if (!d->x[r] || !d->x_sf[r] || !d->idx[r] || !d->w[r]) return -1;
     fill_tokens(&g, d->x[r], d->x_sf[r], T, H);
-    fill_routing(&g, c, d->idx[r], d->w[r], T);
+    if (fill_routing(&g, c, d->El, d->idx[r], d->w[r], T) != 0) return -1;
   }
   d->y_ref = malloc(sizeof(uint16_t) * (size_t)(c->tokens[rank] * H) + 1);
   if (!d->y_ref) return -1;
@@ -215,32 +258,43 @@ static megamoe_status lt_forward(megamoe_layer* layer, const mm_rank_ctx* ctx, c
   return st != MEGAMOE_OK ? st : st2;
 }
 
-/* Compares y with the reference: diff < DIFF_LIMIT, no NaN, exact zeros for
- * tokens whose slots are all masked. */
-static int lt_compare(const lt_case* c, const lt_data* d, int rank, const uint16_t* y, const char* what) {
+/* MEGAMOE_TEST_PLANT_BUG set (and not "0"): outputs get a planted bug before
+ * they are checked (see the top of the file). */
+static int lt_plant_bug(void) {
+  const char* v = getenv("MEGAMOE_TEST_PLANT_BUG");
+  return v && *v && strcmp(v, "0") != 0;
+}
+
+/* Judges this rank's y against the reference with ref_check_output (every
+ * token; see ref/ref_check.h) and prints the statistics line. 0: pass. */
+static int lt_compare(const lt_case* c, const lt_data* d, int rank, uint16_t* y, const char* what) {
   const int64_t T = c->tokens[rank], H = c->cfg.hidden, K = c->cfg.top_k;
-  if (T == 0) return 0;
-  for (int64_t i = 0; i < T * H; ++i)
-    if (isnan(ref_bf16_decode(y[i]))) {
-      fprintf(stderr, "    %s rank %d: y[%lld] is NaN (unwritten or bad)\n", what, rank, (long long)i);
-      return -1;
-    }
-  for (int64_t t = 0; t < T; ++t) {
-    int live = 0;
-    for (int k = 0; k < K; ++k) live |= d->idx[rank][t * K + k] >= 0;
-    if (!live)
-      for (int64_t h = 0; h < H; ++h)
-        if (y[t * H + h] != 0) {
-          fprintf(stderr, "    %s rank %d: token %lld has every slot masked but y != 0\n", what, rank, (long long)t);
-          return -1;
-        }
+  if (lt_plant_bug() && T > 0) {
+    /* The first token with a live slot loses its row; with none, a masked
+     * token gets a nonzero element (either must fail). */
+    int64_t victim = -1;
+    for (int64_t t = 0; t < T && victim < 0; ++t)
+      for (int k = 0; k < K; ++k)
+        if (d->idx[rank][t * K + k] >= 0) victim = t;
+    if (victim >= 0) memset(y + victim * H, 0, sizeof(uint16_t) * (size_t)H);
+    else y[0] = 0x3F80; /* 1.0 */
   }
-  const double diff = ref_diff_bf16(y, d->y_ref, (size_t)(T * H));
-  if (!(diff < DIFF_LIMIT)) {
-    fprintf(stderr, "    %s rank %d: diff %.3g >= %.3g\n", what, rank, diff, DIFF_LIMIT);
-    return -1;
+  ref_check_stats s;
+  const int pass = ref_check_output(y, d->y_ref, T, H, d->idx[rank], K, NULL, &s);
+  char label[192];
+  snprintf(label, sizeof label, "    %s rank %d (%s H %lld I %lld K %d G %d)", what, rank,
+           megamoe_arm_name(c->cfg.arm), (long long)H, (long long)c->cfg.intermediate, (int)K,
+           (int)c->cfg.quant_group);
+  ref_check_print(stdout, label, &s);
+  fflush(stdout);
+  if (!pass) {
+    fprintf(stderr, "    %s rank %d: output check failed: %s", what, rank, ref_check_failure_name(s.first_failure));
+    if (s.first_failure_token >= 0) fprintf(stderr, " at token %lld", (long long)s.first_failure_token);
+    if (s.first_failure == REF_CHECK_NONFINITE)
+      fprintf(stderr, " (%lld NaN/Inf elements: unwritten or bad)", (long long)s.nonfinite);
+    fputc('\n', stderr);
   }
-  return 0;
+  return pass ? 0 : -1;
 }
 
 static int lt_download(const lt_device* g, int64_t n, uint16_t* host) {
@@ -272,6 +326,7 @@ static mm_test_result lt_run(const mm_rank_ctx* ctx, const lt_case* c, int calls
   }
   uint16_t* y = malloc(sizeof(uint16_t) * (size_t)(T * H) + 1);
   uint16_t* first = malloc(sizeof(uint16_t) * (size_t)(T * H) + 1);
+  if (!y || !first) local_bad = 1;
   for (int call = 0; call < calls; ++call) {
     megamoe_forward_args a = lt_args(c, &g, ctx->rank);
     if (local_bad) a.num_tokens = 0; /* still take part, so peers do not wait */
@@ -308,12 +363,154 @@ static lt_case lt_make(const mm_rank_ctx* ctx, int64_t H, int64_t I, int E, int 
   c.cfg.timeout_s = 30.0;
   for (int r = 0; r < ctx->num_ranks; ++r) c.tokens[r] = T;
   c.one_expert = -1;
+  c.one_rank = -1;
   c.seed = ctx->seed * 1000003u + salt;
   return c;
 }
 
 /* Experts: E_l local experts per rank, so the test scales with the rank count. */
 #define EXPERTS(ctx, per_rank) ((per_rank) * (ctx)->num_ranks)
+
+/* Runs n cases as n forwards on one layer: the cases share the config and
+ * the weights (equal cfg and weight_seed; tokens, routing and T differ).
+ * Every forward is checked. */
+#define LT_MAX_SERIES 8
+static mm_test_result lt_run_series(const mm_rank_ctx* ctx, const lt_case* cases, int n, const char* what) {
+  if (n < 1 || n > LT_MAX_SERIES) return MM_TEST_FAIL; /* the same on every rank: nobody waits */
+  lt_data data[LT_MAX_SERIES];
+  lt_device dev[LT_MAX_SERIES];
+  memset(data, 0, sizeof data);
+  memset(dev, 0, sizeof dev);
+  int bad = 0;
+  for (int i = 0; i < n && !bad; ++i) {
+    bad |= lt_build(&cases[i], ctx->num_ranks, ctx->rank, &data[i]) != 0;
+    if (!bad) bad |= lt_upload(&cases[i], &data[i], ctx->rank, &dev[i]) != 0;
+  }
+  megamoe_layer* layer = NULL;
+  if (megamoe_create(&cases[0].cfg, ctx->comm, &layer) != MEGAMOE_OK) { /* collective: agrees on failure */
+    fprintf(stderr, "    rank %d: create: %s\n", ctx->rank, megamoe_last_error());
+    bad = 1;
+  } else {
+    megamoe_weights w = {dev[0].w1, dev[0].w1_sf, dev[0].w2, dev[0].w2_sf};
+    if (!bad && megamoe_prepare_weights(layer, &w, ctx->stream) != MEGAMOE_OK) {
+      fprintf(stderr, "    rank %d: prepare: %s\n", ctx->rank, megamoe_last_error());
+      bad = 1;
+    }
+    for (int i = 0; i < n; ++i) {
+      megamoe_forward_args a = lt_args(&cases[i], &dev[i], ctx->rank);
+      if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
+      megamoe_status st = lt_forward(layer, ctx, &a, cases[0].cfg.hidden);
+      if (st != MEGAMOE_OK) {
+        fprintf(stderr, "    rank %d %s call %d (T %lld): %s: %s\n", ctx->rank, what, i,
+                (long long)cases[i].tokens[ctx->rank], megamoe_status_string(st), megamoe_last_error());
+        bad = 1;
+        continue;
+      }
+      if (bad) continue;
+      const int64_t elems = cases[i].tokens[ctx->rank] * cases[0].cfg.hidden;
+      uint16_t* y = malloc(sizeof(uint16_t) * (size_t)elems + 1);
+      if (!y || lt_download(&dev[i], elems, y) != 0 || lt_compare(&cases[i], &data[i], ctx->rank, y, what) != 0)
+        bad = 1;
+      free(y);
+    }
+    if (megamoe_destroy(layer) != MEGAMOE_OK) bad = 1;
+  }
+  for (int i = 0; i < n; ++i) {
+    lt_device_free(&dev[i]);
+    lt_free(&data[i]);
+  }
+  return bad ? MM_TEST_FAIL : MM_TEST_PASS;
+}
+
+/* Reports how two arms' outputs differ: 0 when bitwise equal. */
+static int lt_bitwise_equal(const uint16_t* want, const uint16_t* got, int64_t n, int64_t H, const char* arm,
+                            int rank) {
+  int64_t differ = 0, first = -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (want[i] != got[i]) {
+      if (first < 0) first = i;
+      differ++;
+    }
+  if (differ == 0) return 1;
+  fprintf(stderr,
+          "    rank %d: arm %s differs bitwise from staged in %lld of %lld elements; first: token %lld column "
+          "%lld, 0x%04X (%g) vs staged 0x%04X (%g)\n",
+          rank, arm, (long long)differ, (long long)n, (long long)(first / H), (long long)(first % H), got[first],
+          ref_bf16_decode(got[first]), want[first], ref_bf16_decode(want[first]));
+  return 0;
+}
+
+/* Runs one case on every arm (megamoe_config.arm; the case's own arm is
+ * ignored). Each arm's output is checked against the reference, and every
+ * arm's output must be BITWISE the staged arm's: the arms share the
+ * numerics contract and the quantization group, so the design promises equal
+ * bits (DESIGN.md section 1). An arm whose create returns
+ * MEGAMOE_ERR_NOT_IMPLEMENTED is skipped and said so (the same on every rank:
+ * create checks the arm before any collective step). Every rank makes every
+ * create, forward and destroy, whatever happened locally. */
+static mm_test_result lt_run_arms(const mm_rank_ctx* ctx, const lt_case* base) {
+  lt_data d;
+  lt_device g;
+  memset(&g, 0, sizeof g);
+  int bad = lt_build(base, ctx->num_ranks, ctx->rank, &d) != 0;
+  if (!bad) bad = lt_upload(base, &d, ctx->rank, &g) != 0;
+  const int64_t H = base->cfg.hidden, T = base->tokens[ctx->rank];
+  uint16_t* staged = malloc(sizeof(uint16_t) * (size_t)(T * H) + 1);
+  uint16_t* y = malloc(sizeof(uint16_t) * (size_t)(T * H) + 1);
+  if (!staged || !y) bad = 1;
+  int have_staged = 0, arms_run = 0;
+  for (int arm = 0; arm < MEGAMOE_ARM_COUNT; ++arm) {
+    lt_case c = *base;
+    c.cfg.arm = (megamoe_arm)arm;
+    const char* name = megamoe_arm_name(c.cfg.arm);
+    megamoe_layer* layer = NULL;
+    megamoe_status st = megamoe_create(&c.cfg, ctx->comm, &layer);
+    if (st == MEGAMOE_ERR_NOT_IMPLEMENTED) {
+      if (ctx->rank == 0) printf("    arm %s: not implemented yet, skipped\n", name);
+      continue;
+    }
+    if (st != MEGAMOE_OK) {
+      fprintf(stderr, "    rank %d: arm %s: create: %s\n", ctx->rank, name, megamoe_last_error());
+      bad = 1;
+      continue;
+    }
+    arms_run++;
+    megamoe_weights w = {g.w1, g.w1_sf, g.w2, g.w2_sf};
+    if (!bad && megamoe_prepare_weights(layer, &w, ctx->stream) != MEGAMOE_OK) {
+      fprintf(stderr, "    rank %d: arm %s: prepare: %s\n", ctx->rank, name, megamoe_last_error());
+      bad = 1;
+    }
+    megamoe_forward_args a = lt_args(&c, &g, ctx->rank);
+    if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
+    st = lt_forward(layer, ctx, &a, H);
+    if (st != MEGAMOE_OK) {
+      fprintf(stderr, "    rank %d: arm %s: forward: %s: %s\n", ctx->rank, name, megamoe_status_string(st),
+              megamoe_last_error());
+      bad = 1;
+    } else if (!bad) {
+      if (lt_download(&g, T * H, y) != 0 || lt_compare(&c, &d, ctx->rank, y, "arms") != 0) {
+        bad = 1;
+      } else if (c.cfg.arm == MEGAMOE_ARM_STAGED) {
+        memcpy(staged, y, sizeof(uint16_t) * (size_t)(T * H));
+        have_staged = 1;
+      } else if (!have_staged) {
+        fprintf(stderr, "    rank %d: arm %s: no staged output to compare with\n", ctx->rank, name);
+        bad = 1;
+      } else if (!lt_bitwise_equal(staged, y, T * H, H, name, ctx->rank)) {
+        bad = 1;
+      } else if (ctx->rank == 0) {
+        printf("    arm %s: bitwise equal to staged\n", name);
+      }
+    }
+    if (megamoe_destroy(layer) != MEGAMOE_OK) bad = 1;
+  }
+  if (arms_run == 0) bad = 1; /* the staged arm at least must run */
+  free(staged);
+  free(y);
+  lt_device_free(&g);
+  lt_free(&d);
+  return bad ? MM_TEST_FAIL : MM_TEST_PASS;
+}
 
 /* ---- Tests ------------------------------------------------------------- */
 static mm_test_result t_smoke(const mm_rank_ctx* ctx) {
@@ -322,19 +519,23 @@ static mm_test_result t_smoke(const mm_rank_ctx* ctx) {
   return lt_run(ctx, &c, 1);
 }
 
+/* Tests that run several cases run every case on every rank even after one
+ * failed (a verdict is per rank, and a rank that left early would leave its
+ * peers waiting in the next collective create). */
 static mm_test_result t_shapes(const mm_rank_ctx* ctx) {
   const int64_t dims[2] = {512, 2048};
   const int ks[3] = {1, 2, 4};
+  int bad = 0;
   for (int hi = 0; hi < 2; ++hi)
     for (int ii = 0; ii < 2; ++ii)
       for (int ki = 0; ki < 3; ++ki) {
         lt_case c = lt_make(ctx, dims[hi], dims[ii], EXPERTS(ctx, 4), ks[ki], 128, 100 + hi * 10 + ii * 3 + ki);
         if (lt_run(ctx, &c, 1) != MM_TEST_PASS) {
           fprintf(stderr, "    shape H %lld I %lld K %d failed\n", (long long)dims[hi], (long long)dims[ii], ks[ki]);
-          return MM_TEST_FAIL;
+          bad = 1;
         }
       }
-  return MM_TEST_PASS;
+  return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
 static mm_test_result t_zero_tokens_one_rank(const mm_rank_ctx* ctx) {
@@ -402,6 +603,7 @@ static mm_test_result t_group128_int64(const mm_rank_ctx* ctx) {
 static mm_test_result t_random(const mm_rank_ctx* ctx) {
   mm_rng g = {ctx->seed ^ 0x5eedull};
   printf("    random configurations from seed %llu\n", (unsigned long long)(ctx->seed ^ 0x5eedull));
+  int bad = 0;
   for (int i = 0; i < 20; ++i) {
     const int64_t H = 128 * (int64_t)(1 + mm_rng_below(&g, 8));
     const int64_t I = 128 * (int64_t)(1 + mm_rng_below(&g, 8));
@@ -420,10 +622,10 @@ static mm_test_result t_random(const mm_rank_ctx* ctx) {
     if (lt_run(ctx, &c, 1) != MM_TEST_PASS) {
       fprintf(stderr, "    random case %d: H %lld I %lld E %d K %d Tmax %lld G %d clamp %d\n", i, (long long)H,
               (long long)I, E, K, (long long)Tmax, c.cfg.quant_group, c.cfg.has_swiglu_clamp);
-      return MM_TEST_FAIL;
+      bad = 1;
     }
   }
-  return MM_TEST_PASS;
+  return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
 static mm_test_result t_run_to_run(const mm_rank_ctx* ctx) {
@@ -436,45 +638,82 @@ static mm_test_result t_reuse(const mm_rank_ctx* ctx) {
   lt_case base = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 2, 256, 13);
   base.weight_seed = base.seed; /* one set of weights for the four calls */
   lt_case cases[4];
-  lt_data data[4];
-  lt_device dev[4];
-  int bad = 0;
   for (int i = 0; i < 4; ++i) {
     cases[i] = base;
     cases[i].seed = base.seed + 17u * (uint64_t)(i + 1);
     for (int r = 0; r < ctx->num_ranks; ++r) cases[i].tokens[r] = (int64_t)((37 * (i + 1) + 11 * r) % 257);
     cases[i].mask_ratio = 0.1 * i;
-    bad |= lt_build(&cases[i], ctx->num_ranks, ctx->rank, &data[i]) != 0;
-    bad |= lt_upload(&cases[i], &data[i], ctx->rank, &dev[i]) != 0;
   }
-  megamoe_layer* layer = NULL;
-  if (megamoe_create(&base.cfg, ctx->comm, &layer) != MEGAMOE_OK) {
-    fprintf(stderr, "    rank %d: create: %s\n", ctx->rank, megamoe_last_error());
-    bad = 1;
-  } else {
-    megamoe_weights w = {dev[0].w1, dev[0].w1_sf, dev[0].w2, dev[0].w2_sf};
-    if (megamoe_prepare_weights(layer, &w, ctx->stream) != MEGAMOE_OK) bad = 1;
-    for (int i = 0; i < 4; ++i) {
-      megamoe_forward_args a = lt_args(&cases[i], &dev[i], ctx->rank);
-      if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
-      megamoe_status st = lt_forward(layer, ctx, &a, base.cfg.hidden);
-      if (st != MEGAMOE_OK) {
-        fprintf(stderr, "    rank %d call %d: %s\n", ctx->rank, i, megamoe_last_error());
-        bad = 1;
-        continue;
-      }
-      if (bad) continue;
-      const int64_t n = cases[i].tokens[ctx->rank] * base.cfg.hidden;
-      uint16_t* y = malloc(sizeof(uint16_t) * (size_t)n + 1);
-      if (lt_download(&dev[i], n, y) != 0 || lt_compare(&cases[i], &data[i], ctx->rank, y, "reuse") != 0) bad = 1;
-      free(y);
+  return lt_run_series(ctx, cases, 4, "reuse");
+}
+
+/* The pool filled to capacity: T = T_max on every rank and every slot of
+ * every rank routed to the experts of one rank (the last), K = E_l so each
+ * token uses every one of them (distinct experts per token): that rank's
+ * experts receive R * T_max rows each, the worst case the pool is sized for.
+ * T_max is not a multiple of any tile. */
+static mm_test_result t_pool_capacity(const mm_rank_ctx* ctx) {
+  lt_case c = lt_make(ctx, 256, 256, EXPERTS(ctx, 4), 4, 300, 17);
+  c.one_rank = ctx->num_ranks - 1;
+  return lt_run(ctx, &c, 1);
+}
+
+/* An expert repeated inside one token's top-k (two or all slots of a token
+ * on one expert; fill_routing's patterns), with some slots masked: the
+ * contract computes each slot on its own and sums them in slot order. */
+static mm_test_result t_repeated_expert(const mm_rank_ctx* ctx) {
+  lt_case c = lt_make(ctx, 256, 384, EXPERTS(ctx, 3), 3, 96, 18);
+  c.repeat_expert = 1;
+  c.mask_ratio = 0.15;
+  int bad = lt_run(ctx, &c, 1) != MM_TEST_PASS;
+  lt_case k2 = lt_make(ctx, 384, 256, EXPERTS(ctx, 2), 2, 64, 19); /* K = 2: slot 1 = slot 0 on every token */
+  k2.repeat_expert = 1;
+  k2.idx64 = 1;
+  bad |= lt_run(ctx, &k2, 1) != MM_TEST_PASS;
+  return bad ? MM_TEST_FAIL : MM_TEST_PASS;
+}
+
+/* Token counts that are a multiple of nothing (1, 127, 4097) next to a rank
+ * with T = 0, on one layer (T_max 4097): forward p gives rank r the count
+ * counts[(p + r) % 4], so at EP1 each count is its own forward, at EP2 the
+ * pairs are (1, 127), (127, 4097), (4097, 0), (0, 1), and at EP4/EP8 the same
+ * cycle runs over all ranks (every rank sees every count, always next to a
+ * rank with another). */
+static mm_test_result t_odd_token_counts(const mm_rank_ctx* ctx) {
+  static const int64_t counts[4] = {1, 127, 4097, 0};
+  lt_case base = lt_make(ctx, 256, 256, EXPERTS(ctx, 4), 2, 4097, 20);
+  base.weight_seed = base.seed;
+  base.mask_ratio = 0.1;
+  lt_case cases[4];
+  for (int p = 0; p < 4; ++p) {
+    cases[p] = base;
+    cases[p].seed = base.seed + 29u * (uint64_t)(p + 1);
+    for (int r = 0; r < ctx->num_ranks; ++r) cases[p].tokens[r] = counts[(p + r) % 4];
+  }
+  return lt_run_series(ctx, cases, 4, "odd T");
+}
+
+/* Every arm on a few shapes must give the staged arm's bits (lt_run_arms).
+ * Only the staged arm exists today; the split and fused arms are judged here
+ * when they land. */
+static mm_test_result t_arms_bitwise(const mm_rank_ctx* ctx) {
+  lt_case cases[3];
+  cases[0] = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 2, 64, 21);
+  cases[1] = lt_make(ctx, 384, 640, EXPERTS(ctx, 3), 3, 100, 22);
+  cases[1].cfg.quant_group = 64;
+  cases[1].cfg.has_swiglu_clamp = 1;
+  cases[1].cfg.swiglu_clamp = 1.5f;
+  cases[1].mask_ratio = 0.2;
+  cases[1].idx64 = 1;
+  cases[2] = lt_make(ctx, 256, 256, EXPERTS(ctx, 4), 4, 127, 23);
+  cases[2].repeat_expert = 1;
+  cases[2].tokens[ctx->num_ranks - 1] = ctx->num_ranks > 1 ? 0 : 127;
+  int bad = 0;
+  for (int i = 0; i < 3; ++i)
+    if (lt_run_arms(ctx, &cases[i]) != MM_TEST_PASS) {
+      fprintf(stderr, "    arms case %d failed\n", i);
+      bad = 1;
     }
-    if (megamoe_destroy(layer) != MEGAMOE_OK) bad = 1;
-  }
-  for (int i = 0; i < 4; ++i) {
-    lt_device_free(&dev[i]);
-    lt_free(&data[i]);
-  }
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
@@ -487,18 +726,27 @@ static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
   lt_case cases[3];
   lt_data data[3];
   lt_device dev[3];
+  memset(data, 0, sizeof data);
+  memset(dev, 0, sizeof dev);
   int bad = 0;
   for (int i = 0; i < 3; ++i) {
     cases[i] = base;
     cases[i].seed = base.seed + 101u * (uint64_t)(i + 1);
     cases[i].mask_ratio = 0.15 * i;
-    bad |= lt_build(&cases[i], ctx->num_ranks, ctx->rank, &data[i]) != 0;
-    bad |= lt_upload(&cases[i], &data[i], ctx->rank, &dev[i]) != 0;
+    if (!bad) bad |= lt_build(&cases[i], ctx->num_ranks, ctx->rank, &data[i]) != 0;
+    if (!bad) bad |= lt_upload(&cases[i], &data[i], ctx->rank, &dev[i]) != 0;
   }
   megamoe_layer* layer = NULL;
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
-  if (megamoe_create(&base.cfg, ctx->comm, &layer) != MEGAMOE_OK) return MM_TEST_FAIL;
+  if (megamoe_create(&base.cfg, ctx->comm, &layer) != MEGAMOE_OK) { /* collective: agrees on failure */
+    fprintf(stderr, "    rank %d: create: %s\n", ctx->rank, megamoe_last_error());
+    for (int i = 0; i < 3; ++i) {
+      lt_device_free(&dev[i]);
+      lt_free(&data[i]);
+    }
+    return MM_TEST_FAIL;
+  }
   megamoe_weights w = {dev[0].w1, dev[0].w1_sf, dev[0].w2, dev[0].w2_sf};
   bad |= megamoe_prepare_weights(layer, &w, ctx->stream) != MEGAMOE_OK;
   bad |= cudaStreamSynchronize(ctx->stream) != cudaSuccess;
@@ -515,12 +763,15 @@ static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
     /* New inputs into the captured buffers, then poison y and replay. Every
      * rank replays, whatever went wrong locally, so no peer waits. */
     if (i > 0) {
-      cudaMemcpy(dev[0].x, data[i].x[ctx->rank], (size_t)(T * H), cudaMemcpyHostToDevice);
-      cudaMemcpy(dev[0].x_sf, data[i].x_sf[ctx->rank], sizeof(float) * (size_t)(T * (H / 128)), cudaMemcpyHostToDevice);
-      cudaMemcpy(dev[0].idx, data[i].idx[ctx->rank], sizeof(int32_t) * (size_t)(T * K), cudaMemcpyHostToDevice);
-      cudaMemcpy(dev[0].w, data[i].w[ctx->rank], sizeof(float) * (size_t)(T * K), cudaMemcpyHostToDevice);
+      bad |= cudaMemcpy(dev[0].x, data[i].x[ctx->rank], (size_t)(T * H), cudaMemcpyHostToDevice) != cudaSuccess;
+      bad |= cudaMemcpy(dev[0].x_sf, data[i].x_sf[ctx->rank], sizeof(float) * (size_t)(T * (H / 128)),
+                        cudaMemcpyHostToDevice) != cudaSuccess;
+      bad |= cudaMemcpy(dev[0].idx, data[i].idx[ctx->rank], sizeof(int32_t) * (size_t)(T * K),
+                        cudaMemcpyHostToDevice) != cudaSuccess;
+      bad |= cudaMemcpy(dev[0].w, data[i].w[ctx->rank], sizeof(float) * (size_t)(T * K), cudaMemcpyHostToDevice) !=
+             cudaSuccess;
     }
-    cudaMemset(dev[0].y, 0xFF, sizeof(uint16_t) * (size_t)(T * H));
+    bad |= cudaMemset(dev[0].y, 0xFF, sizeof(uint16_t) * (size_t)(T * H)) != cudaSuccess;
     if (exec) bad |= cudaGraphLaunch(exec, ctx->stream) != cudaSuccess;
     st = megamoe_sync(layer, ctx->stream);
     if (st != MEGAMOE_OK) {
@@ -532,8 +783,8 @@ static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
       bad = 1;
   }
   free(y);
-  if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
+  if (exec) bad |= cudaGraphExecDestroy(exec) != cudaSuccess;
+  if (graph) bad |= cudaGraphDestroy(graph) != cudaSuccess;
   bad |= megamoe_destroy(layer) != MEGAMOE_OK;
   for (int i = 0; i < 3; ++i) {
     lt_device_free(&dev[i]);
@@ -626,7 +877,7 @@ static mm_test_result t_bad_arguments(const mm_rank_ctx* ctx) {
   a.topk_idx_type = (megamoe_index_type)7;
   CHECK_STATUS(megamoe_forward(layer, &a, ctx->stream), MEGAMOE_ERR_BAD_ARGUMENT);
   CHECK_OK(megamoe_destroy(layer));
-  cudaFree(dummy);
+  CHECK(cudaFree(dummy) == cudaSuccess);
   return MM_TEST_PASS;
 }
 
@@ -678,6 +929,10 @@ const mm_rank_test mm_layer_tests[] = {
     {"random: 20 configurations", t_random, 1},
     {"run-to-run: bitwise identical", t_run_to_run, 1},
     {"reuse: 4 calls on one layer", t_reuse, 1},
+    {"edge: pool filled to capacity (every slot to one rank, T = T_max)", t_pool_capacity, 1},
+    {"edge: an expert repeated inside a token's top-k", t_repeated_expert, 1},
+    {"edge: T = 1, 127, 4097 next to T = 0", t_odd_token_counts, 1},
+    {"arms: bitwise equal to staged", t_arms_bitwise, 1},
     {"graph: one capture replayed on 3 inputs", t_graph_replay, 1},
     {"errors: bad top-k index on the device", t_bad_topk_index, 1},
     {"errors: host-side argument checks", t_bad_arguments, 1},

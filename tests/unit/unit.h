@@ -26,6 +26,7 @@ extern const mm_test unit_suite_bf16[];
 extern const mm_test unit_suite_quant[];
 extern const mm_test unit_suite_diff[];
 extern const mm_test unit_suite_ref_layer[];
+extern const mm_test unit_suite_ref_check[];
 extern const mm_test unit_suite_config[];
 extern const mm_test unit_suite_layout[];
 extern const mm_test unit_suite_procs[];
