@@ -297,7 +297,7 @@ extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
       c.b = b;
       c.b_sf = b_sf;
       c.lt = &lt;
-      if (plan_ours(&c, MM_GEMM_TILE_AUTO)) {
+      if (plan_ours(&c, (mm_gemm_tile)o.tile)) {
         data_free(&g);
         rc = 1;
         break;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "gemm/gemm.h"
 #include "cli.h"
 
 static int set_model(mm_bench_layer_opts* o, const char* v) {
@@ -116,6 +117,13 @@ int mm_bench_gemm_parse(int argc, char** argv, mm_bench_gemm_opts* o) {
     if (!strcmp(a, "--quick")) o->quick = 1;
     else if (!strcmp(a, "--tiles")) o->tiles = 1;
     else if (!strcmp(a, "--no-check")) o->check = 0;
+    else if (!strcmp(a, "--tile")) {
+      const char* v = mm_cli_value("bench-gemm", argc, argv, &i);
+      bad = 1;
+      for (int t = 1; v && t < MM_GEMM_TILE_COUNT; ++t)
+        if (!strcmp(v, mm_gemm_tile_name((mm_gemm_tile)t))) o->tile = t, bad = 0;
+      if (bad && v) fprintf(stderr, "bench-gemm: --tile %s: not a tile of the engine\n", v);
+    }
     else if (!strcmp(a, "--iters"))
       bad = mm_cli_int("bench-gemm", a, mm_cli_value("bench-gemm", argc, argv, &i), 20, MM_BENCH_MAX_ITERS,
                        &o->iters) != 0;

@@ -9,6 +9,7 @@
 #   bench:ARGS   megamoe bench with ARGS (commas inside, '+' for spaces)
 #   gemm:ARGS    megamoe bench-gemm with ARGS
 #   env:V=X      export V=X for the following steps
+#   ncu:TILE[:N,K[:M]]  ncu --set full of one bench-gemm launch of TILE (report in $OUT/ncu_TILE.txt)
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-/tmp/megamoe-out}
@@ -32,6 +33,12 @@ for step in "$@"; do
     bench) (set -o pipefail; timeout $T ./build/megamoe bench 2>&1 | tee "$OUT/bench.log" | tail -30) || rc=1 ;;
     bench:*) (set -o pipefail; timeout $T ./build/megamoe bench $(echo "${step#bench:}" | tr "+" " ") 2>&1 | tee -a "$OUT/bench.log" | tail -30) || rc=1 ;;
     env:*) export "${step#env:}" ;;
+    ncu:*) # ncu:TILE[:N,K[:M]]: one profiled launch of that tile in bench-gemm (full set, text report)
+      IFS=: read -r _ tile nk m <<< "$step"
+      timeout $T ncu --clock-control none --set full -k regex:mm_gemm_kernel --launch-skip 3 --launch-count 1 \
+        ./build/megamoe bench-gemm --nk "${nk:-4096,4096}" --m "${m:-65536}" --iters 20 --no-check --tile "$tile" \
+        > "$OUT/ncu_$tile.txt" 2>&1 || rc=1
+      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Shared Memory|Issue Slots Busy|No Eligible|Eligible Warps|Registers Per|Achieved Occupancy|tensor|Stall" "$OUT/ncu_$tile.txt" | head -40 ;;
     *) echo "unknown step $step"; rc=1 ;;
   esac
 done

@@ -1187,6 +1187,10 @@ mm_test_result test_rows_ready(void) {
   CUDA_OK(cudaMalloc((void**)&d_a, R * k));
   CUDA_OK(cudaMalloc((void**)&d_sf, sizeof(float) * L * R));
   CUDA_OK(cudaMalloc((void**)&d_status, sizeof(mm_device_status)));
+  /* Load the writer now: with lazy module loading, its first launch would
+   * wait for the running GEMM, which waits for the writer. */
+  cudaFuncAttributes fa;
+  CUDA_OK(cudaFuncGetAttributes(&fa, rows_writer_kernel));
   cudaStream_t s_gemm, s_writer;
   CUDA_OK(cudaStreamCreateWithFlags(&s_gemm, cudaStreamNonBlocking));
   CUDA_OK(cudaStreamCreateWithFlags(&s_writer, cudaStreamNonBlocking));

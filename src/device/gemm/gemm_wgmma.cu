@@ -206,10 +206,6 @@ extern "C" megamoe_status mm_gemm_check(const mm_gemm_problem* p) {
       if ((p->n / 2) % s->group)
         return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm problem: n / 2 = %d is not a multiple of the swiglu group %d",
                        p->n / 2, s->group);
-      if (p->b_sf_block_n != MM_W1_INTERLEAVE)
-        return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
-                       "gemm problem: the swiglu epilogue reads the prepared W1 (b_sf_block_n %d, not %d)",
-                       p->b_sf_block_n, MM_W1_INTERLEAVE);
       if (s->has_clamp && !(s->clamp > 0.f && isfinite(s->clamp)))
         return mm_fail(MEGAMOE_ERR_BAD_CLAMP, "gemm problem: swiglu clamp = %g", (double)s->clamp);
       if (!aligned(s->out, 2) || !aligned(s->out_sf, 4) || !aligned(s->row_weight, 4))
