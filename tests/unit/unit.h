@@ -29,5 +29,6 @@ extern const mm_test unit_suite_ref_layer[];
 extern const mm_test unit_suite_config[];
 extern const mm_test unit_suite_layout[];
 extern const mm_test unit_suite_procs[];
+extern const mm_test unit_suite_errors[];
 
 #endif
