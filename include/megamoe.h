@@ -47,7 +47,8 @@ typedef enum megamoe_status {
   MEGAMOE_ERR_BAD_ARM = 8,           /* arm not one of megamoe_arm */
   MEGAMOE_ERR_BAD_RANKS = 9,         /* rank count < 1 or above MEGAMOE_MAX_RANKS, rank out of range */
   MEGAMOE_ERR_SIZE_OVERFLOW = 10,    /* a buffer size does not fit in 64 bits */
-  MEGAMOE_ERR_TOO_MANY_TOKENS = 11,  /* T > T_max, or a token bound below T */
+  MEGAMOE_ERR_TOO_MANY_TOKENS = 11,  /* T > T_max, a token bound below T, or more rows routed to a
+                                      * rank than its pool holds (config pool_imbalance) */
   MEGAMOE_ERR_BAD_TOPK_INDEX = 12,   /* a top-k index outside [-1, E) (found on the host or on the device) */
   MEGAMOE_ERR_BAD_ARGUMENT = 13,     /* any other argument out of its domain (the message names it) */
   MEGAMOE_ERR_CUDA = 14,             /* a CUDA runtime or driver call failed */
@@ -93,10 +94,20 @@ typedef struct megamoe_config {
   float swiglu_clamp;          /* c > 0 when has_swiglu_clamp */
   megamoe_arm arm;
   double timeout_s;            /* deadline of every cross-rank wait; <= 0 means the default (60 s) */
+  /* The most routed rows one rank's experts may receive in a forward, as a
+   * multiple of the average T_max * K; it sizes the expert pool (the largest
+   * part of the workspace). 0, the default, means num_ranks: the exact worst
+   * case (every slot of every rank routed to one rank), which never
+   * overflows. A value in [1, num_ranks] buys a smaller workspace: a forward
+   * that routes more rows to one rank than its pool holds fails there with
+   * MEGAMOE_ERR_TOO_MANY_TOKENS (megamoe_sync names the rank, the expert and
+   * the rows), computes nothing and writes nothing past the pool; its peers
+   * get MEGAMOE_ERR_PEER_FAILED, and the layer stays usable. */
+  double pool_imbalance;
 } megamoe_config;
 
 /* A config with the given shape and defaults for the rest (G 128, no clamp,
- * staged arm, default timeout). */
+ * staged arm, default timeout, worst-case pool). */
 megamoe_config megamoe_config_make(int64_t hidden, int64_t intermediate, int32_t num_experts,
                                    int32_t top_k, int64_t max_tokens_per_rank);
 
@@ -109,9 +120,28 @@ megamoe_status megamoe_check_config(const megamoe_config* config, int num_ranks)
 megamoe_status megamoe_buffer_sizes(const megamoe_config* config, int num_ranks,
                                     size_t* symmetric_bytes, size_t* workspace_bytes);
 
-/* Bytes of the prepared weights of one rank (E_l experts). */
+/* Bytes of the prepared weights of one rank (E_l experts) in the copying
+ * mode (megamoe_prepare_weights). */
 megamoe_status megamoe_prepared_weight_bytes(const megamoe_config* config, int num_ranks,
                                              size_t* bytes);
+
+/* How the layer gets its weights. */
+typedef enum megamoe_weights_mode {
+  MEGAMOE_WEIGHTS_COPY = 0,     /* megamoe_prepare_weights: the layer keeps its own prepared copy */
+  MEGAMOE_WEIGHTS_IN_PLACE = 1  /* megamoe_prepare_weights_in_place: no second copy */
+} megamoe_weights_mode;
+
+/* Device memory of the weights in a mode, per rank, beyond the caller's own
+ * buffers. resident_bytes: what the layer holds from preparation until
+ * destroy. peak_bytes: the most it holds during the preparation call
+ * (resident + temporaries). Pure host code; either output may be NULL.
+ *   COPY:     resident = peak = W1 + W2 + their scales (a full second copy).
+ *   IN_PLACE: resident = the per-64-row-chunk W1 scales, E_l * (2I/64) *
+ *             (H/128) * 4 bytes; peak = resident + 2 * I * H (one expert's
+ *             W1, the scratch of the in-place permutation). */
+megamoe_status megamoe_weight_memory(const megamoe_config* config, int num_ranks,
+                                     megamoe_weights_mode mode, size_t* resident_bytes,
+                                     size_t* peak_bytes);
 
 /* ---- Communicator -------------------------------------------------------
  * A layer runs on an ncclComm_t the caller owns (one process per GPU). This
@@ -156,10 +186,38 @@ typedef struct megamoe_weights {
   const float* w2_sf;
 } megamoe_weights;
 
-/* Converts the weights once into the layout the kernels read (a copy owned by
- * the layer; the caller may free its own afterwards). Enqueued on stream. */
+/* Converts the weights once into the layout the kernels read, into a copy
+ * owned by the layer (allocated here, on the first call; see
+ * megamoe_weight_memory). The caller may free its buffers once the stream
+ * has run the copy. Enqueued on stream. w1 / w2 16-byte aligned, the scales
+ * 4-byte aligned. Calling it again replaces the weights (the layer
+ * synchronizes the device first when it has to reallocate). */
 megamoe_status megamoe_prepare_weights(megamoe_layer* layer, const megamoe_weights* weights,
                                        cudaStream_t stream);
+
+/* The same with no second copy of the weights (for models whose weights
+ * fill the GPU):
+ *   w1     is REWRITTEN IN PLACE into the kernels' layout (below). Afterwards
+ *          it no longer holds the checkpoint layout: do not pass it to this
+ *          function again, and keep it alive and unchanged until
+ *          megamoe_destroy (or until the weights are prepared again from
+ *          other buffers).
+ *   w1_sf  is only read: the layer keeps its own per-chunk scales (small,
+ *          megamoe_weight_memory); the caller may free w1_sf on return.
+ *   w2, w2_sf are adopted as given: the kernels read them at every forward;
+ *          keep them alive and unchanged until megamoe_destroy.
+ * Layout of w1 afterwards, per expert e (contract of MM_W1_INTERLEAVE = 64):
+ *   rows [128 c, 128 c + 64)        = checkpoint gate rows [64 c, 64 c + 64)
+ *   rows [128 c + 64, 128 c + 128)  = checkpoint up rows [I + 64 c, I + 64 c + 64)
+ * for c in [0, I / 64): 64-row chunks of gate and up alternate.
+ * Peak extra device memory during the call: one expert's W1 (2 * I * H
+ * bytes) of scratch plus the resident scales; the call synchronizes stream
+ * before it frees the scratch and returns. w1, w2 and w2_sf 16-byte aligned,
+ * w1_sf 4-byte aligned. Forwards give bitwise the same results as after
+ * megamoe_prepare_weights. */
+megamoe_status megamoe_prepare_weights_in_place(megamoe_layer* layer, void* w1, const float* w1_sf,
+                                                const void* w2, const float* w2_sf,
+                                                cudaStream_t stream);
 
 typedef enum megamoe_index_type {
   MEGAMOE_INDEX_INT32 = 0,
@@ -187,16 +245,50 @@ typedef struct megamoe_forward_args {
 
 /* Collective: every rank calls it, in the same order, the same number of
  * times. Enqueues the layer on stream and returns without waiting. Errors the
- * device finds (a bad top-k index, a timeout, a peer's failure) are reported
- * by megamoe_sync. Inputs are read and y is written in stream order; nothing
- * outside y and the layer's own buffers is written. */
+ * device finds (a bad top-k index, a pool overflow, a timeout, a peer's
+ * failure) are reported by megamoe_sync and by the error word. Inputs are
+ * read and y is written in stream order; nothing outside y and the layer's
+ * own buffers is written.
+ *
+ * Errors keep the ranks in step. When this call rejects its arguments (NULL
+ * args or pointer, num_tokens negative or above T_max, a bad token bound, a
+ * misaligned pointer, a bad index type, weights not prepared, a layer that
+ * failed earlier), it still enqueues an EMPTY forward: it reads none of the
+ * caller's pointers and no weights and writes nothing to y, but takes part
+ * in the cross-rank barriers, carrying the error code to the peers. The call
+ * returns the specific status at once (megamoe_last_error names the
+ * argument). The peers' megamoe_sync report MEGAMOE_ERR_PEER_FAILED naming
+ * this rank and its status, this rank's megamoe_sync reports the same status
+ * again (it is this forward's error, with the same message), and the error
+ * word of that forward holds it on every rank (the status here,
+ * MEGAMOE_ERR_PEER_FAILED on the peers). The next forward runs normally on
+ * every rank. Only a NULL layer enqueues nothing. */
 megamoe_status megamoe_forward(megamoe_layer* layer, const megamoe_forward_args* args,
                                cudaStream_t stream);
 
-/* Waits for the stream and returns the first device-side error of the
- * layer's forwards since the last megamoe_sync (then clears it, unless it
- * left the layer failed). */
+/* Waits for the stream and returns the first error of the layer's forwards
+ * since the last megamoe_sync, described in words by megamoe_last_error()
+ * (which rank, which forward, where, which peer, how long a wait waited, the
+ * bad index or the expert that did not fit), then clears it. A timeout
+ * leaves the layer failed: every later forward and sync reports
+ * MEGAMOE_ERR_LAYER_FAILED; destroy the layer.
+ *
+ * Errors are kept per forward: an error of forward n never makes forward
+ * n + 1 skip work or fail on a peer; a forward without an error writes every
+ * element of y even after failed ones, and a forward with an error writes
+ * nothing to y (report it, do not use y). Call it when no forward of the
+ * layer runs on another stream. */
 megamoe_status megamoe_sync(megamoe_layer* layer, cudaStream_t stream);
+
+/* The error word: a device pointer to one int32 in the layer's workspace
+ * that every forward overwrites at its end, in stream order, with 0 (it
+ * succeeded) or its megamoe_status (the first error of that forward on this
+ * rank: MEGAMOE_ERR_PEER_FAILED when a peer failed). It lets a serving loop
+ * that replays a CUDA graph check every forward without a host sync: a
+ * kernel later on the stream reads it, or a cudaMemcpyAsync after each
+ * forward copies it to pinned host memory. megamoe_sync still reports (in
+ * words) the first error since the last sync. Valid until megamoe_destroy. */
+megamoe_status megamoe_error_word(megamoe_layer* layer, const int32_t** word);
 
 /* Where the layer stages this rank's x and x_sf for its peers. A caller that
  * writes its activations there directly (and passes these pointers as

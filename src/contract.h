@@ -27,7 +27,7 @@ extern "C" {
  * kernels address region `id` at base + offset[id]. */
 typedef enum mm_region_id {
   /* symmetric */
-  MM_SYM_FLAGS = 0,      /* [MM_MAX_RANKS] u64 barrier flags, slot p written by peer p */
+  MM_SYM_FLAGS = 0,      /* [2][MM_MAX_RANKS] u64 barrier flags: bank b, slot p written by peer p */
   MM_SYM_INPUT_X,        /* [T_max, H] fp8: this rank's tokens, pulled by the expert ranks */
   MM_SYM_INPUT_X_SF,     /* [T_max, H/128] fp32 */
   MM_SYM_ROUTE_COUNTS,   /* [R][E_l] i32: rows source rank s routes to each local expert */
@@ -35,7 +35,8 @@ typedef enum mm_region_id {
   MM_SYM_COMBINE,        /* [K][T_max][H] bf16: expert outputs pushed back to this source rank */
   /* workspace */
   MM_WS_STATUS,          /* mm_device_status */
-  MM_WS_EPOCH,           /* u64 forwards so far, counted on the device (graph replays count too) */
+  MM_WS_EPOCH,           /* u64 number of the forward in progress (1 for the first), counted on
+                          * the device (graph replays count too); mirrors mm_device_status.forward */
   MM_WS_PEERS,           /* [MM_MAX_RANKS] peer base pointers of the symmetric buffer */
   MM_WS_EXPERT_TOKENS,   /* [E] i32: routed slots of this rank's tokens per global expert */
   MM_WS_POOL_OFFSET,     /* [E_l + 1] i32: first pool row of each local expert */
@@ -50,6 +51,7 @@ typedef enum mm_region_id {
   MM_WS_L1_OUT,          /* [P, I] fp8 */
   MM_WS_L1_OUT_SF,       /* [I/G][P] fp32 */
   MM_WS_L2_OUT,          /* [P, H] bf16 (staged arm: L2 output before the combine push) */
+  MM_WS_GRID_BARRIER,    /* mm_grid_barrier_state of the in-kernel grid barrier (persistent arms) */
   MM_REGION_COUNT
 } mm_region_id;
 
@@ -72,13 +74,23 @@ typedef struct mm_layer_view {
 } mm_layer_view;
 
 /* One forward's inputs. x and x_sf are not here: the kernels read every
- * rank's tokens from its symmetric staging region (MM_SYM_INPUT_X*). */
+ * rank's tokens from its symmetric staging region (MM_SYM_INPUT_X*).
+ *
+ * injected_error != 0 makes this an EMPTY forward (host/layer.c builds it
+ * when megamoe_forward rejects its arguments, so that the rank still takes
+ * part and its peers stay in step): num_tokens = 0, topk_idx / topk_w / y
+ * NULL, the weights are not read, and the arm records injected_error as this
+ * forward's error (site MM_SITE_HOST) before its first barrier, so the
+ * barrier flags carry it to the peers. Every arm runs the same cross-rank
+ * barrier sequence (MM_BARRIERS_PER_FORWARD) in an empty forward as in a
+ * full one. */
 typedef struct mm_forward_view {
   const void* topk_idx;
   int32_t topk_idx_int64;
   const float* topk_w;
   int32_t num_tokens;
   uint16_t* y;
+  int32_t injected_error; /* a megamoe_status, 0 = none */
 } mm_forward_view;
 
 /* Metadata of one pool row: where its token lives. Padding rows have
@@ -96,26 +108,116 @@ typedef struct mm_route_entry {
   float weight;
 } mm_route_entry;
 
-/* Device-side error record, one per layer, in the workspace. The first
- * failing kernel writes code (a megamoe_status) with atomicCAS from 0;
- * kernels that start after it skip their work (but still take part in the
- * cross-rank barriers, so the ranks stay in step unless the failure is a
- * timeout). */
+/* ---- The device status record: errors keyed by forward ---------------------
+ * One per layer, in the workspace (MM_WS_STATUS), zeroed at create except
+ * forward = 1.
+ *
+ * Forwards are numbered on the device: `forward` is the number of the
+ * forward in progress; the last kernel of every forward advances it (and
+ * writes the error word) once all its CTAs are done (mm_forward_end), so it
+ * is stable while any kernel of the forward runs, and graph replays count.
+ *
+ * The first error of forward f wins: a recorder atomically replaces `key`
+ * when it holds an older forward's error, and then fills the fields below
+ * it. A kernel treats the layer as failed only when key names the CURRENT
+ * forward (mm_failed), so an error of forward n never makes forward n+1
+ * skip work, and nothing needs resetting between forwards. Every forward
+ * that fails also lands in `first` unless `first` already holds an
+ * unreported error: megamoe_sync reports `first` (in words) and clears it.
+ *
+ * Kernels that start after an error of their forward skip their work but
+ * still take part in the cross-rank barriers (the ranks stay in step), except
+ * after a timeout: then `dead` is set for good, the barriers are skipped and
+ * every later forward reports MEGAMOE_ERR_LAYER_FAILED. */
+typedef struct mm_error_report {
+  uint64_t key;       /* (forward << MM_STATUS_KEY_SHIFT) | code; 0: none */
+  uint64_t forward;   /* the forward the error belongs to */
+  uint64_t seen;      /* site-specific: the value a wait saw when it gave up, ... */
+  uint64_t want;      /* ... and the value it waited for */
+  uint64_t waited_ns; /* how long the wait waited before it gave up (timeouts) */
+  int32_t code;       /* a megamoe_status */
+  int32_t where;      /* mm_wait_site */
+  int32_t peer;       /* the peer a wait was waiting on or that reported the error, or -1 */
+  int32_t detail;     /* site-specific: the bad index, the peer's code, the expert, ... */
+} mm_error_report;
+
 typedef struct mm_device_status {
-  int32_t code;
+  /* The error of forward `epoch` (the fields of the first version). */
+  int32_t code;    /* a megamoe_status; this forward's only when epoch == forward */
   int32_t where;   /* mm_wait_site or kernel id, for the message */
   int32_t peer;    /* the peer a wait was waiting on, or -1 */
   int32_t detail;  /* e.g. the bad index, or the token */
-  uint64_t seen;   /* the flag value seen when a wait gave up */
-  uint64_t want;   /* the flag value it waited for */
+  uint64_t seen;   /* the value seen when a wait gave up */
+  uint64_t want;   /* the value it waited for */
+  /* Forward keying. */
+  uint64_t key;       /* (epoch << MM_STATUS_KEY_SHIFT) | code: the word recorders race on */
+  uint64_t epoch;     /* the forward number of the error above */
+  uint64_t waited_ns; /* for a timeout: how long it waited */
+  uint64_t forward;   /* the forward in progress (1 for the first) */
+  int32_t word;       /* the error word: 0 or the status of the last finished forward */
+  int32_t dead;       /* 1 after a timeout: the ranks are out of step for good */
+  uint32_t end_arrivals;    /* CTAs of the forward's last kernel that are done (mm_forward_end) */
+  uint32_t failed_forwards; /* forwards that failed since the last megamoe_sync */
+  mm_error_report first;    /* the first error since the last megamoe_sync */
 } mm_device_status;
 
-/* Barrier flags: a 64-bit word per peer in the symmetric buffer. Peer p
- * writes slot p of every rank with st.release.sys. The value is
- * (sequence << 8) | error_code: sequences only grow over the life of a layer
- * (never reset), so a waiter compares with >= and no zeroing pass is needed. */
+#define MM_STATUS_KEY_SHIFT 8
+#define MM_STATUS_CODE_MASK 0xffull
+
+/* State of an in-kernel grid barrier (comm/grid.cuh): zero-initialized once;
+ * generation-based, so it is reused without any reset between rounds. */
+typedef struct mm_grid_barrier_state {
+  uint32_t arrived;    /* CTAs that arrived in the current round */
+  uint32_t generation; /* rounds completed */
+} mm_grid_barrier_state;
+
+/* ---- Cross-rank barrier flags ----------------------------------------------
+ * A 64-bit word per (bank, peer) in the symmetric buffer: peer p writes slot
+ * [bank][p] of every rank with st.release.sys the value
+ * (sequence << MM_FLAG_SEQ_SHIFT) | error_code. Barrier number v of the
+ * layer's life (v = MM_BARRIERS_PER_FORWARD * forward + index) uses bank
+ * v & 1. Sequences only grow (never reset), so a waiter compares with >=.
+ *
+ * Why two banks: a peer can be at most ONE barrier ahead of a waiter (it
+ * cannot pass barrier v + 1 before the waiter signals it), so the slot of
+ * bank v & 1 holds exactly barrier v's value once it arrived: the error bits
+ * the waiter reads are always barrier v's own, never overwritten by the
+ * peer's next barrier (with one bank, a peer error carried at the combine
+ * barrier could be replaced by the next forward's clean value before the
+ * waiter looked, and be lost). */
 #define MM_FLAG_SEQ_SHIFT 8
 #define MM_FLAG_ERR_MASK 0xffull
+#define MM_FLAG_BANKS 2
+
+/* Every arm runs this many cross-rank barriers per forward (dispatch: the
+ * routing is published; combine: the expert outputs have landed), also in an
+ * empty forward. */
+#define MM_BARRIERS_PER_FORWARD 2
+
+#if defined(__CUDACC__)
+#define MM_HOST_DEVICE static __host__ __device__ __forceinline__
+#else
+#define MM_HOST_DEVICE static inline
+#endif
+
+/* Barrier `index` (0: dispatch, 1: combine) of forward `forward`. */
+MM_HOST_DEVICE uint64_t mm_barrier_value(uint64_t forward, int index) {
+  return (uint64_t)MM_BARRIERS_PER_FORWARD * forward + (uint64_t)index;
+}
+
+MM_HOST_DEVICE uint64_t mm_flag_word(uint64_t value, int code) {
+  return (value << MM_FLAG_SEQ_SHIFT) | ((uint64_t)code & MM_FLAG_ERR_MASK);
+}
+
+/* A waiter for barrier `value` that read flag word `seen`: 1 when the peer
+ * arrived (sequence >= value; never ==, so a peer that is already further
+ * does not count as absent). */
+MM_HOST_DEVICE int mm_flag_arrived(uint64_t seen, uint64_t value) {
+  return (seen >> MM_FLAG_SEQ_SHIFT) >= value;
+}
+
+/* The error code the peer carried in `seen` once it arrived (0: none). */
+MM_HOST_DEVICE int mm_flag_error(uint64_t seen) { return (int)(seen & MM_FLAG_ERR_MASK); }
 
 /* Wait sites, for the timeout message. */
 enum mm_wait_site {
@@ -127,6 +229,8 @@ enum mm_wait_site {
   MM_SITE_GEMM_ROWS_READY = 5,  /* a GEMM producer waiting for its A rows (arrival counter) */
   MM_SITE_GEMM_PIPE = 6,        /* a GEMM role waiting on its shared-memory pipeline */
   MM_SITE_GRID_BARRIER = 7,     /* an in-kernel grid barrier */
+  MM_SITE_HOST = 8,             /* megamoe_forward rejected its arguments; the forward ran empty */
+  MM_SITE_POOL = 9,             /* the expert pool layout (capacity check) */
   MM_SITE_COUNT
 };
 

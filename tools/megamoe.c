@@ -171,7 +171,9 @@ static int cmd_info(int argc, char** argv) {
     }
   printf("\nsymmetric buffer: %.1f MiB per rank (NCCL window)\n", l.symmetric_bytes / 1048576.0);
   printf("workspace:        %.1f MiB per rank\n", l.workspace_bytes / 1048576.0);
-  printf("prepared weights: %.1f MiB per rank\n", l.prepared_weight_bytes / 1048576.0);
+  printf("prepared weights: %.1f MiB per rank (copy; peak during preparation the same); in place: %.1f MiB kept, "
+         "peak %.1f MiB during preparation\n",
+         l.prepared_weight_bytes / 1048576.0, l.in_place_resident_bytes / 1048576.0, l.in_place_peak_bytes / 1048576.0);
   printf("total:            %.1f MiB per rank\n",
          (l.symmetric_bytes + l.workspace_bytes + l.prepared_weight_bytes) / 1048576.0);
   return MM_EXIT_OK;

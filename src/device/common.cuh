@@ -43,23 +43,70 @@ MM_DEVICE float mm_swiglu(float g, float u, int has_clamp, float clamp) {
 /* Scale of one quantization group: the raw scale, not a power of two. */
 MM_DEVICE float mm_group_scale(float amax) { return fmaxf(amax, 1e-10f) / 448.0f; }
 
-/* ---- The device error record --------------------------------------------
- * First error wins. Readers poll `code` with a volatile load at kernel start
- * to skip work after a failure. */
-MM_DEVICE int mm_failed(const mm_device_status* st) {
-  return *(volatile const int32_t*)&st->code != 0;
+/* ---- The device error record (contract.h mm_device_status) ---------------
+ * Keyed by forward: an error counts only for the forward that recorded it.
+ * Readers use volatile loads (the record is written by other CTAs of the
+ * same kernel, never cached in L1 for them). */
+MM_DEVICE uint64_t mm_forward_number(const mm_device_status* st) {
+  return *(volatile const uint64_t*)&st->forward;
+}
+
+/* The error code of the forward in progress, or 0. */
+MM_DEVICE int mm_error_code(const mm_device_status* st) {
+  const uint64_t key = *(volatile const uint64_t*)&st->key;
+  return (key >> MM_STATUS_KEY_SHIFT) == mm_forward_number(st) ? (int)(key & MM_STATUS_CODE_MASK) : 0;
+}
+
+/* Whether the forward in progress has an error (older forwards' errors do
+ * not count). */
+MM_DEVICE int mm_failed(const mm_device_status* st) { return mm_error_code(st) != 0; }
+
+/* 1 once a timeout left the ranks out of step (for good). */
+MM_DEVICE int mm_dead(const mm_device_status* st) { return *(volatile const int32_t*)&st->dead != 0; }
+
+/* Records `code` as the error of the forward in progress unless it already
+ * has one (first error wins). The winner fills the details, marks the layer
+ * dead on a timeout, counts the failed forward and copies the error into
+ * `first` when no unreported error is there. */
+MM_DEVICE void mm_record_error_waited(mm_device_status* st, int code, int where, int peer, int detail,
+                                      uint64_t seen, uint64_t want, uint64_t waited_ns) {
+  const uint64_t fwd = mm_forward_number(st);
+  const unsigned long long key =
+      (unsigned long long)((fwd << MM_STATUS_KEY_SHIFT) | ((uint64_t)code & MM_STATUS_CODE_MASK));
+  unsigned long long* key_word = reinterpret_cast<unsigned long long*>(&st->key);
+  unsigned long long old = *(volatile unsigned long long*)key_word;
+  for (;;) {
+    if ((old >> MM_STATUS_KEY_SHIFT) >= fwd) return; /* this forward already has its error */
+    const unsigned long long prev = atomicCAS(key_word, old, key);
+    if (prev == old) break;
+    old = prev;
+  }
+  st->code = code;
+  st->where = where;
+  st->peer = peer;
+  st->detail = detail;
+  st->seen = seen;
+  st->want = want;
+  st->epoch = fwd;
+  st->waited_ns = waited_ns;
+  if (code == MEGAMOE_ERR_TIMEOUT) *(volatile int32_t*)&st->dead = 1;
+  atomicAdd(&st->failed_forwards, 1u);
+  if (atomicCAS(reinterpret_cast<unsigned long long*>(&st->first.key), 0ull, key) == 0ull) {
+    st->first.forward = fwd;
+    st->first.seen = seen;
+    st->first.want = want;
+    st->first.waited_ns = waited_ns;
+    st->first.code = code;
+    st->first.where = where;
+    st->first.peer = peer;
+    st->first.detail = detail;
+  }
+  __threadfence();
 }
 
 MM_DEVICE void mm_record_error(mm_device_status* st, int code, int where, int peer, int detail,
                                uint64_t seen, uint64_t want) {
-  if (atomicCAS(&st->code, 0, code) == 0) {
-    st->where = where;
-    st->peer = peer;
-    st->detail = detail;
-    st->seen = seen;
-    st->want = want;
-    __threadfence();
-  }
+  mm_record_error_waited(st, code, where, peer, detail, seen, want, 0);
 }
 
 /* ---- System-scope flags (cross-GPU over NVLink) --------------------------- */

@@ -39,3 +39,23 @@ extern "C" megamoe_status mm_prepare_w1(const uint8_t* w1, const float* w1_sf, u
     return mm_fail(MEGAMOE_ERR_CUDA, "prepare_w1 launch: %s", cudaGetErrorString(err));
   return MEGAMOE_OK;
 }
+
+extern "C" megamoe_status mm_prepare_w1_in_place(uint8_t* w1, const float* w1_sf, float* w1p_sf,
+                                                 uint8_t* scratch, int32_t local_experts, int32_t hidden,
+                                                 int32_t intermediate, cudaStream_t stream) {
+  const int64_t rows2 = 2 * (int64_t)intermediate;
+  const int64_t expert_bytes = rows2 * hidden;
+  const int64_t kb = hidden / MM_SCALE_BLOCK;
+  for (int32_t e = 0; e < local_experts; ++e) {
+    uint8_t* w = w1 + e * expert_bytes;
+    /* Stream order: the copy out finishes before the kernel writes w back,
+     * and the kernel finishes before the next expert's copy reuses scratch. */
+    cudaError_t err = cudaMemcpyAsync(scratch, w, (size_t)expert_bytes, cudaMemcpyDeviceToDevice, stream);
+    if (err != cudaSuccess)
+      return mm_fail(MEGAMOE_ERR_CUDA, "prepare_w1 in place, expert %d: cudaMemcpyAsync: %s", (int)e,
+                     cudaGetErrorString(err));
+    MM_TRY(mm_prepare_w1(scratch, w1_sf + e * (rows2 / MM_SCALE_BLOCK) * kb, w,
+                         w1p_sf + e * (rows2 / MM_W1_INTERLEAVE) * kb, 1, hidden, intermediate, stream));
+  }
+  return MEGAMOE_OK;
+}

@@ -17,6 +17,14 @@ megamoe_status mm_prepare_w1(const uint8_t* w1, const float* w1_sf, uint8_t* w1p
                              int32_t local_experts, int32_t hidden, int32_t intermediate,
                              cudaStream_t stream);
 
+/* The same in place: w1 [E_l, 2I, H] is rewritten into W1p expert by
+ * expert through scratch (one expert, 2I * H bytes); w1_sf is read, the
+ * per-chunk scales go to w1p_sf. Enqueued on stream; scratch must stay
+ * allocated until the stream has run it. */
+megamoe_status mm_prepare_w1_in_place(uint8_t* w1, const float* w1_sf, float* w1p_sf, uint8_t* scratch,
+                                      int32_t local_experts, int32_t hidden, int32_t intermediate,
+                                      cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

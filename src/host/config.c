@@ -27,6 +27,7 @@ megamoe_config megamoe_config_make(int64_t hidden, int64_t intermediate, int32_t
   c.swiglu_clamp = 0.0f;
   c.arm = MEGAMOE_ARM_STAGED;
   c.timeout_s = MEGAMOE_DEFAULT_TIMEOUT_S;
+  c.pool_imbalance = 0.0;
   return c;
 }
 
@@ -91,5 +92,9 @@ megamoe_status megamoe_check_config(const megamoe_config* c, int num_ranks) {
   if (isnan(c->timeout_s) || c->timeout_s > 86400.0 * 365)
     return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "timeout_s = %g: must be at most a year",
                    c->timeout_s);
+  if (!(c->pool_imbalance == 0.0 || (c->pool_imbalance >= 1.0 && c->pool_imbalance <= (double)num_ranks)))
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
+                   "pool_imbalance = %g: must be 0 (the worst case) or in [1, num_ranks = %d]",
+                   c->pool_imbalance, num_ranks);
   return MEGAMOE_OK;
 }

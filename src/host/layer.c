@@ -8,6 +8,7 @@
 #include "device/comm/peers.h"
 #include "device/weights.h"
 #include "staged_forward.h"
+#include "device_status.h"
 #include "errors.h"
 #include "layout.h"
 #include "megamoe.h"
@@ -22,13 +23,21 @@ struct megamoe_layer {
   ncclWindow_t window;
   int window_registered;
   void* workspace;       /* cudaMalloc */
-  void* weights;         /* cudaMalloc: prepared W1p, W1p_sf, W2, W2_sf */
+  /* Weights: what the kernels read. In the copying mode all four point into
+   * `weights` (the layer's copy); in place, w1p and w2 / w2_sf are the
+   * caller's buffers and only w1p_sf is the layer's (`weights` holds it). */
+  void* weights;         /* cudaMalloc at preparation */
+  size_t weights_bytes;
+  megamoe_weights_mode weights_mode;
   uint8_t* w1p;
   float* w1p_sf;
-  uint8_t* w2;
-  float* w2_sf;
+  const uint8_t* w2;
+  const float* w2_sf;
   int weights_ready;
   int failed;            /* a timeout left the ranks out of step */
+  /* The message of the first forward rejected on the host since the last
+   * sync (megamoe_sync repeats it when it reports that forward). */
+  char reject_message[512];
   mm_gemm_engine engine;
   mm_layer_view view;
 };
@@ -141,17 +150,15 @@ static megamoe_status allocate_local(megamoe_layer* l) {
   const mm_layout* lay = &l->layout;
   CUDA_TRY(cudaMalloc(&l->workspace, lay->workspace_bytes));
   CUDA_TRY(cudaMemset(l->workspace, 0, lay->workspace_bytes));
-  CUDA_TRY(cudaMalloc(&l->weights, lay->prepared_weight_bytes));
-  const uint64_t El = (uint64_t)lay->local_experts, H = (uint64_t)l->config.hidden,
-                 I = (uint64_t)l->config.intermediate;
-  uint8_t* p = (uint8_t*)l->weights;
-  l->w1p = p;
-  p += (El * 2 * I * H + MM_REGION_ALIGN - 1) / MM_REGION_ALIGN * MM_REGION_ALIGN;
-  l->w2 = p;
-  p += (El * H * I + MM_REGION_ALIGN - 1) / MM_REGION_ALIGN * MM_REGION_ALIGN;
-  l->w1p_sf = (float*)p;
-  p += (El * (2 * I / MM_W1_INTERLEAVE) * (H / 128) * 4 + MM_REGION_ALIGN - 1) / MM_REGION_ALIGN * MM_REGION_ALIGN;
-  l->w2_sf = (float*)p;
+  /* Forward numbers start at 1 (barrier values must exceed the zeroed flags). */
+  mm_device_status st;
+  memset(&st, 0, sizeof st);
+  st.forward = 1;
+  const uint64_t first_forward = 1;
+  CUDA_TRY(cudaMemcpy((uint8_t*)l->workspace + lay->regions[MM_WS_STATUS].offset, &st, sizeof st,
+                      cudaMemcpyHostToDevice));
+  CUDA_TRY(cudaMemcpy((uint8_t*)l->workspace + lay->regions[MM_WS_EPOCH].offset, &first_forward,
+                      sizeof first_forward, cudaMemcpyHostToDevice));
   return MEGAMOE_OK;
 }
 
@@ -291,6 +298,30 @@ megamoe_status megamoe_destroy(megamoe_layer* layer) {
   return st;
 }
 
+/* Makes `weights` hold exactly `bytes` (the layer's part of the weights in
+ * a mode). A reallocation waits for the device first: a forward in flight
+ * may still read the old buffer. */
+static megamoe_status ensure_weight_buffer(megamoe_layer* l, size_t bytes) {
+  if (l->weights && l->weights_bytes == bytes) return MEGAMOE_OK;
+  if (l->weights) {
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(cudaFree(l->weights));
+    l->weights = NULL;
+    l->weights_bytes = 0;
+  }
+  l->weights_ready = 0;
+  cudaError_t e = cudaMalloc(&l->weights, bytes);
+  if (e != cudaSuccess) {
+    l->weights = NULL;
+    return mm_fail(MEGAMOE_ERR_OUT_OF_MEMORY, "cudaMalloc(prepared weights, %zu bytes): %s", bytes,
+                   cudaGetErrorString(e));
+  }
+  l->weights_bytes = bytes;
+  return MEGAMOE_OK;
+}
+
+static uint64_t round_region(uint64_t v) { return (v + MM_REGION_ALIGN - 1) / MM_REGION_ALIGN * MM_REGION_ALIGN; }
+
 megamoe_status megamoe_prepare_weights(megamoe_layer* l, const megamoe_weights* w,
                                        cudaStream_t stream) {
   mm_clear_error();
@@ -304,11 +335,64 @@ megamoe_status megamoe_prepare_weights(megamoe_layer* l, const megamoe_weights* 
                  I = (uint64_t)l->config.intermediate;
   if (((uintptr_t)w->w1 | (uintptr_t)w->w2) % 16)
     return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "weights->w1 / w2 must be 16-byte aligned");
-  MM_TRY(mm_prepare_w1((const uint8_t*)w->w1, w->w1_sf, l->w1p, l->w1p_sf, (int32_t)El, (int32_t)H,
-                       (int32_t)I, stream));
-  CUDA_TRY(cudaMemcpyAsync(l->w2, w->w2, El * H * I, cudaMemcpyDeviceToDevice, stream));
-  CUDA_TRY(cudaMemcpyAsync(l->w2_sf, w->w2_sf, El * (H / 128) * (I / 128) * 4,
-                           cudaMemcpyDeviceToDevice, stream));
+  if (((uintptr_t)w->w1_sf | (uintptr_t)w->w2_sf) % 4)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "weights->w1_sf / w2_sf must be 4-byte aligned");
+  MM_TRY(ensure_weight_buffer(l, (size_t)l->layout.prepared_weight_bytes));
+  uint8_t* p = (uint8_t*)l->weights;
+  uint8_t* w1p = p;
+  p += round_region(El * 2 * I * H);
+  uint8_t* w2 = p;
+  p += round_region(El * H * I);
+  float* w1p_sf = (float*)p;
+  p += round_region(El * (2 * I / MM_W1_INTERLEAVE) * (H / 128) * 4);
+  float* w2_sf = (float*)p;
+  l->weights_ready = 0;
+  MM_TRY(mm_prepare_w1((const uint8_t*)w->w1, w->w1_sf, w1p, w1p_sf, (int32_t)El, (int32_t)H, (int32_t)I,
+                       stream));
+  CUDA_TRY(cudaMemcpyAsync(w2, w->w2, El * H * I, cudaMemcpyDeviceToDevice, stream));
+  CUDA_TRY(cudaMemcpyAsync(w2_sf, w->w2_sf, El * (H / 128) * (I / 128) * 4, cudaMemcpyDeviceToDevice, stream));
+  l->w1p = w1p;
+  l->w1p_sf = w1p_sf;
+  l->w2 = w2;
+  l->w2_sf = w2_sf;
+  l->weights_mode = MEGAMOE_WEIGHTS_COPY;
+  l->weights_ready = 1;
+  return MEGAMOE_OK;
+}
+
+megamoe_status megamoe_prepare_weights_in_place(megamoe_layer* l, void* w1, const float* w1_sf,
+                                                const void* w2, const float* w2_sf, cudaStream_t stream) {
+  mm_clear_error();
+  MM_CHECK_NULL(l, "layer");
+  MM_CHECK_NULL(w1, "w1");
+  MM_CHECK_NULL(w1_sf, "w1_sf");
+  MM_CHECK_NULL(w2, "w2");
+  MM_CHECK_NULL(w2_sf, "w2_sf");
+  if (((uintptr_t)w1 | (uintptr_t)w2 | (uintptr_t)w2_sf) % 16)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "w1, w2 and w2_sf must be 16-byte aligned (the kernels read them "
+                   "in place)");
+  if ((uintptr_t)w1_sf % 4) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "w1_sf must be 4-byte aligned");
+  const uint64_t El = (uint64_t)l->layout.local_experts, H = (uint64_t)l->config.hidden,
+                 I = (uint64_t)l->config.intermediate;
+  MM_TRY(ensure_weight_buffer(l, (size_t)l->layout.in_place_resident_bytes));
+  l->weights_ready = 0;
+  uint8_t* scratch = NULL;
+  CUDA_TRY(cudaMalloc((void**)&scratch, (size_t)(2 * I * H)));
+  megamoe_status st = mm_prepare_w1_in_place((uint8_t*)w1, w1_sf, (float*)l->weights, scratch, (int32_t)El,
+                                             (int32_t)H, (int32_t)I, stream);
+  /* The scratch is freed only after the stream ran every use of it. */
+  cudaError_t e = cudaStreamSynchronize(stream);
+  cudaError_t f = cudaFree(scratch);
+  if (st != MEGAMOE_OK) return st;
+  if (e != cudaSuccess)
+    return mm_fail(MEGAMOE_ERR_CUDA, "in-place weight preparation: %s (w1 may be half rewritten: reload it)",
+                   cudaGetErrorString(e));
+  if (f != cudaSuccess) return mm_fail(MEGAMOE_ERR_CUDA, "cudaFree(scratch): %s", cudaGetErrorString(f));
+  l->w1p = (uint8_t*)w1;
+  l->w1p_sf = (float*)l->weights;
+  l->w2 = (const uint8_t*)w2;
+  l->w2_sf = w2_sf;
+  l->weights_mode = MEGAMOE_WEIGHTS_IN_PLACE;
   l->weights_ready = 1;
   return MEGAMOE_OK;
 }
@@ -323,10 +407,9 @@ megamoe_status megamoe_input_staging(megamoe_layer* l, void** x, float** x_sf) {
   return MEGAMOE_OK;
 }
 
-megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
-                               cudaStream_t stream) {
-  mm_clear_error();
-  MM_CHECK_NULL(l, "layer");
+/* The host-side checks of a forward: MEGAMOE_OK, or the status with the
+ * message naming the argument. */
+static megamoe_status check_forward(const megamoe_layer* l, const megamoe_forward_args* a) {
   MM_CHECK_NULL(a, "args");
   if (l->failed)
     return mm_fail(MEGAMOE_ERR_LAYER_FAILED, "an earlier forward timed out; destroy the layer");
@@ -356,33 +439,60 @@ megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
         (uintptr_t)a->topk_w % 4 || (uintptr_t)a->x_sf % 4)
       return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "args->topk_idx / topk_w / x_sf must be naturally aligned");
   }
-  const uint64_t H = (uint64_t)l->config.hidden;
-  void* stage_x = NULL;
-  float* stage_sf = NULL;
-  megamoe_input_staging(l, &stage_x, &stage_sf);
-  if (T > 0 && a->x != stage_x)
-    CUDA_TRY(cudaMemcpyAsync(stage_x, a->x, (size_t)T * H, cudaMemcpyDeviceToDevice, stream));
-  if (T > 0 && a->x_sf != stage_sf)
-    CUDA_TRY(cudaMemcpyAsync(stage_sf, a->x_sf, (size_t)T * (H / 128) * 4, cudaMemcpyDeviceToDevice, stream));
+  return MEGAMOE_OK;
+}
 
+/* Enqueues the arm's forward for view f (an empty one when f carries an
+ * injected error). */
+static megamoe_status run_arm(megamoe_layer* l, const mm_forward_view* f, cudaStream_t stream) {
+  return mm_staged_forward(&l->view, f, l->w1p, l->w1p_sf, l->w2, l->w2_sf, (int)l->engine, stream);
+}
+
+megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
+                               cudaStream_t stream) {
+  mm_clear_error();
+  if (!l) return mm_fail(MEGAMOE_ERR_NULL_POINTER, "layer is NULL (nothing was enqueued)");
   mm_forward_view f;
   memset(&f, 0, sizeof f);
+  megamoe_status rejected = check_forward(l, a);
+  if (rejected == MEGAMOE_OK) {
+    /* Stage the tokens where the peers pull them from. */
+    const uint64_t H = (uint64_t)l->config.hidden;
+    const int64_t T = a->num_tokens;
+    void* stage_x = l->view.peer_sym[l->rank] + l->view.offset[MM_SYM_INPUT_X];
+    float* stage_sf = (float*)(l->view.peer_sym[l->rank] + l->view.offset[MM_SYM_INPUT_X_SF]);
+    cudaError_t e = cudaSuccess;
+    if (T > 0 && a->x != stage_x) e = cudaMemcpyAsync(stage_x, a->x, (size_t)T * H, cudaMemcpyDeviceToDevice, stream);
+    if (e == cudaSuccess && T > 0 && a->x_sf != stage_sf)
+      e = cudaMemcpyAsync(stage_sf, a->x_sf, (size_t)T * (H / 128) * 4, cudaMemcpyDeviceToDevice, stream);
+    if (e != cudaSuccess)
+      rejected = mm_fail(MEGAMOE_ERR_CUDA, "staging args->x / x_sf (cudaMemcpyAsync): %s", cudaGetErrorString(e));
+  }
+  if (rejected != MEGAMOE_OK) {
+    /* An empty forward that carries the error: the peers stay in step. */
+    char message[sizeof l->reject_message];
+    snprintf(message, sizeof message, "%s", megamoe_last_error());
+    if (l->reject_message[0] == '\0') snprintf(l->reject_message, sizeof l->reject_message, "%s", message);
+    f.injected_error = (int32_t)rejected;
+    megamoe_status run = run_arm(l, &f, stream);
+    if (run != MEGAMOE_OK)
+      return mm_fail(rejected, "%s (and the empty forward that keeps the peers in step failed to enqueue: %s)",
+                     message, megamoe_last_error());
+    return mm_fail(rejected, "%s", message);
+  }
   f.topk_idx = a->topk_idx;
   f.topk_idx_int64 = a->topk_idx_type == MEGAMOE_INDEX_INT64;
   f.topk_w = a->topk_w;
-  f.num_tokens = (int32_t)T;
+  f.num_tokens = (int32_t)a->num_tokens;
   f.y = (uint16_t*)a->y;
-  return mm_staged_forward(&l->view, &f, l->w1p, l->w1p_sf, l->w2, l->w2_sf, (int)l->engine, stream);
+  megamoe_status run = run_arm(l, &f, stream);
+  if (run != MEGAMOE_OK && l->reject_message[0] == '\0')
+    snprintf(l->reject_message, sizeof l->reject_message, "%s", megamoe_last_error());
+  return run;
 }
 
-static const char* site_name(int site) {
-  switch (site) {
-    case MM_SITE_BARRIER_DISPATCH: return "the dispatch barrier";
-    case MM_SITE_BARRIER_COMBINE: return "the combine barrier";
-    case MM_SITE_ROUTE: return "routing";
-    case MM_SITE_DISPATCH: return "dispatch";
-  }
-  return "an unknown site";
+static mm_device_status* device_status(const megamoe_layer* l) {
+  return (mm_device_status*)((uint8_t*)l->workspace + l->layout.regions[MM_WS_STATUS].offset);
 }
 
 megamoe_status megamoe_sync(megamoe_layer* l, cudaStream_t stream) {
@@ -390,28 +500,48 @@ megamoe_status megamoe_sync(megamoe_layer* l, cudaStream_t stream) {
   MM_CHECK_NULL(l, "layer");
   CUDA_TRY(cudaStreamSynchronize(stream));
   mm_device_status ds;
-  void* where = (uint8_t*)l->workspace + l->layout.regions[MM_WS_STATUS].offset;
+  mm_device_status* where = device_status(l);
   CUDA_TRY(cudaMemcpy(&ds, where, sizeof ds, cudaMemcpyDeviceToHost));
-  if (ds.code == 0) return l->failed ? mm_fail(MEGAMOE_ERR_LAYER_FAILED, "the layer failed earlier") : MEGAMOE_OK;
-  megamoe_status code = (ds.code > 0 && ds.code < MEGAMOE_STATUS_COUNT) ? (megamoe_status)ds.code
-                                                                         : MEGAMOE_ERR_INTERNAL;
-  if (code == MEGAMOE_ERR_TIMEOUT) {
-    l->failed = 1;
-    return mm_fail(code, "rank %d: peer %d did not arrive at %s within %.1f s (flag 0x%llx, waiting for 0x%llx)",
-                   l->rank, ds.peer, site_name(ds.where), (double)l->view.timeout_ns * 1e-9,
-                   (unsigned long long)ds.seen, (unsigned long long)ds.want);
+  if (ds.first.key == 0) {
+    l->reject_message[0] = '\0';
+    if (l->failed || ds.dead)
+      return mm_fail(MEGAMOE_ERR_LAYER_FAILED, "rank %d: the layer failed earlier (a timeout left the ranks out "
+                     "of step); destroy it", l->rank);
+    return MEGAMOE_OK;
   }
-  CUDA_TRY(cudaMemset(where, 0, sizeof ds));
-  switch (code) {
-    case MEGAMOE_ERR_BAD_TOPK_INDEX:
-      return mm_fail(code, "rank %d: topk_idx[%d] = %lld is outside [-1, %d)", l->rank, ds.detail,
-                     (long long)(int64_t)ds.seen, (int)l->config.num_experts);
-    case MEGAMOE_ERR_PEER_FAILED:
-      return mm_fail(code, "rank %d: peer %d reported %s at %s", l->rank, ds.peer,
-                     megamoe_status_string((megamoe_status)ds.detail), site_name(ds.where));
-    default:
-      return mm_fail(code, "rank %d: device check failed at %s (detail %d)", l->rank, site_name(ds.where), ds.detail);
-  }
+  mm_status_context ctx;
+  memset(&ctx, 0, sizeof ctx);
+  ctx.rank = l->rank;
+  ctx.num_experts = l->config.num_experts;
+  ctx.local_experts = (int)l->layout.local_experts;
+  ctx.top_k = l->config.top_k;
+  ctx.timeout_s = (double)l->view.timeout_ns * 1e-9;
+  ctx.pool_imbalance = l->config.pool_imbalance;
+  ctx.pool_rows = l->layout.pool_rows;
+  ctx.failed_forwards = ds.failed_forwards;
+  ctx.host_message = l->reject_message;
+  char message[1024];
+  const megamoe_status code = mm_describe_device_error(&ds.first, &ctx, message, sizeof message);
+  if (code == MEGAMOE_ERR_TIMEOUT || ds.dead) l->failed = 1;
+  /* Reported: clear it (the device record of the current forward stays; it
+   * only counts for its own forward). */
+  mm_error_report none;
+  memset(&none, 0, sizeof none);
+  const uint32_t zero = 0;
+  CUDA_TRY(cudaMemcpy(&where->first, &none, sizeof none, cudaMemcpyHostToDevice));
+  CUDA_TRY(cudaMemcpy(&where->failed_forwards, &zero, sizeof zero, cudaMemcpyHostToDevice));
+  l->reject_message[0] = '\0';
+  if (ds.dead && code != MEGAMOE_ERR_TIMEOUT && code != MEGAMOE_ERR_LAYER_FAILED)
+    return mm_fail(code, "%s; a later forward timed out: the layer failed, destroy it", message);
+  return mm_fail(code, "%s", message);
+}
+
+megamoe_status megamoe_error_word(megamoe_layer* l, const int32_t** word) {
+  mm_clear_error();
+  MM_CHECK_NULL(l, "layer");
+  MM_CHECK_NULL(word, "word");
+  *word = &device_status(l)->word;
+  return MEGAMOE_OK;
 }
 
 const megamoe_config* megamoe_layer_config(const megamoe_layer* l) { return l ? &l->config : NULL; }

@@ -2,6 +2,7 @@
  * with checked 64-bit arithmetic. */
 #include "layout.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "contract.h"
@@ -34,17 +35,24 @@ megamoe_status mm_pool_rows(const megamoe_config* c, int num_ranks, int64_t* row
   MM_CHECK_NULL(rows, "rows");
   size_calc s = {0};
   uint64_t local_experts = (uint64_t)(c->num_experts / num_ranks);
-  uint64_t routed = mul(&s, mul(&s, (uint64_t)num_ranks, (uint64_t)c->max_tokens_per_rank),
-                        (uint64_t)c->top_k);
-  uint64_t p = add(&s, round_up(&s, routed, MM_POOL_ROW_ALIGN),
-                   mul(&s, local_experts, MM_POOL_ROW_ALIGN));
-  /* Pool rows are int32 on the device. */
-  if (s.overflow || p > (uint64_t)INT32_MAX)
+  uint64_t slots = mul(&s, (uint64_t)c->max_tokens_per_rank, (uint64_t)c->top_k); /* T_max * K */
+  uint64_t worst = mul(&s, (uint64_t)num_ranks, slots);
+  uint64_t padding = mul(&s, local_experts, MM_POOL_ROW_ALIGN);
+  /* The device sums routed rows (up to the worst case, padded) in int32,
+   * whatever the pool's size: the worst case must fit. */
+  uint64_t p_worst = add(&s, round_up(&s, worst, MM_POOL_ROW_ALIGN), padding);
+  if (s.overflow || p_worst > (uint64_t)INT32_MAX)
     return mm_fail(MEGAMOE_ERR_SIZE_OVERFLOW,
                    "max_tokens_per_rank = %lld: the expert pool (ranks * max_tokens * top_k rows) "
                    "does not fit in 31 bits",
                    (long long)c->max_tokens_per_rank);
-  *rows = (int64_t)p;
+  uint64_t cap = worst;
+  if (c->pool_imbalance != 0.0) {
+    /* T_max * K < 2^31 and the factor <= 8: exact enough in double. */
+    const double want = ceil(c->pool_imbalance * (double)slots);
+    if (want < (double)worst) cap = (uint64_t)want;
+  }
+  *rows = (int64_t)add(&s, round_up(&s, cap, MM_POOL_ROW_ALIGN), padding);
   return MEGAMOE_OK;
 }
 
@@ -71,6 +79,7 @@ static const char* const region_names[MM_REGION_COUNT] = {
     [MM_WS_L1_OUT] = "l1_out",
     [MM_WS_L1_OUT_SF] = "l1_out_sf",
     [MM_WS_L2_OUT] = "l2_out",
+    [MM_WS_GRID_BARRIER] = "grid_barrier",
 };
 
 megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layout* out) {
@@ -93,7 +102,7 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
 
   uint64_t bytes[MM_REGION_COUNT];
   memset(bytes, 0, sizeof bytes);
-  bytes[MM_SYM_FLAGS] = MEGAMOE_MAX_RANKS * sizeof(uint64_t);
+  bytes[MM_SYM_FLAGS] = MM_FLAG_BANKS * MEGAMOE_MAX_RANKS * sizeof(uint64_t);
   bytes[MM_SYM_INPUT_X] = mul(&s, T, H);
   bytes[MM_SYM_INPUT_X_SF] = mul(&s, mul(&s, T, H / MM_SCALE_BLOCK), 4);
   bytes[MM_SYM_ROUTE_COUNTS] = mul(&s, mul(&s, R, El), 4);
@@ -115,6 +124,7 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   bytes[MM_WS_L1_OUT] = mul(&s, P, I);
   bytes[MM_WS_L1_OUT_SF] = mul(&s, mul(&s, P, I / G), 4);
   bytes[MM_WS_L2_OUT] = staged ? mul(&s, mul(&s, P, H), 2) : 0;
+  bytes[MM_WS_GRID_BARRIER] = sizeof(mm_grid_barrier_state);
 
   memset(out, 0, sizeof *out);
   out->num_ranks = num_ranks;
@@ -141,6 +151,10 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
                                            round_up(&s, w2, MM_REGION_ALIGN)),
                                    add(&s, round_up(&s, w1_sf, MM_REGION_ALIGN),
                                        round_up(&s, w2_sf, MM_REGION_ALIGN)));
+  /* In place: the layer keeps only the per-chunk W1 scales; the permutation
+   * borrows one expert's W1 as scratch while it runs. */
+  out->in_place_resident_bytes = round_up(&s, w1_sf, MM_REGION_ALIGN);
+  out->in_place_peak_bytes = add(&s, out->in_place_resident_bytes, mul(&s, 2 * I, H));
   if (s.overflow)
     return mm_fail(MEGAMOE_ERR_SIZE_OVERFLOW,
                    "the buffer sizes of this config (hidden %lld, experts %d, top_k %d, "
@@ -156,6 +170,18 @@ megamoe_status megamoe_buffer_sizes(const megamoe_config* c, int num_ranks,
   MM_TRY(mm_layout_compute(c, num_ranks, &l));
   if (symmetric_bytes) *symmetric_bytes = (size_t)l.symmetric_bytes;
   if (workspace_bytes) *workspace_bytes = (size_t)l.workspace_bytes;
+  return MEGAMOE_OK;
+}
+
+megamoe_status megamoe_weight_memory(const megamoe_config* c, int num_ranks, megamoe_weights_mode mode,
+                                     size_t* resident_bytes, size_t* peak_bytes) {
+  if (mode != MEGAMOE_WEIGHTS_COPY && mode != MEGAMOE_WEIGHTS_IN_PLACE)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "mode = %d: not a megamoe_weights_mode", (int)mode);
+  mm_layout l;
+  MM_TRY(mm_layout_compute(c, num_ranks, &l));
+  const int copy = mode == MEGAMOE_WEIGHTS_COPY;
+  if (resident_bytes) *resident_bytes = (size_t)(copy ? l.prepared_weight_bytes : l.in_place_resident_bytes);
+  if (peak_bytes) *peak_bytes = (size_t)(copy ? l.prepared_weight_bytes : l.in_place_peak_bytes);
   return MEGAMOE_OK;
 }
 

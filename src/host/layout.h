@@ -32,7 +32,9 @@ typedef struct mm_layout {
   int64_t pool_rows;      /* P: capacity of the expert-major pool */
   uint64_t symmetric_bytes;
   uint64_t workspace_bytes;
-  uint64_t prepared_weight_bytes;
+  uint64_t prepared_weight_bytes;   /* copying mode: the layer's full prepared copy */
+  uint64_t in_place_resident_bytes; /* in-place mode: what the layer keeps (W1 chunk scales) */
+  uint64_t in_place_peak_bytes;     /* in-place mode: the most it holds while preparing */
   mm_region regions[MM_REGION_COUNT];
 } mm_layout;
 
@@ -40,8 +42,12 @@ typedef struct mm_layout {
  * MEGAMOE_ERR_SIZE_OVERFLOW when a size does not fit in 64 bits. */
 megamoe_status mm_layout_compute(const megamoe_config* config, int num_ranks, mm_layout* out);
 
-/* Pool capacity: every routed slot of every rank may land on this rank, plus
- * up to MM_POOL_ROW_ALIGN - 1 padding rows per local expert. */
+/* Pool capacity: the routed rows one rank may receive, plus
+ * MM_POOL_ROW_ALIGN rows of padding per local expert. The routed rows are
+ * R * T_max * K (every slot of every rank on this rank: never overflows) for
+ * pool_imbalance 0, else min(R * T_max * K, ceil(pool_imbalance * T_max * K)),
+ * rounded up to MM_POOL_ROW_ALIGN. The worst case must fit in int32 in either
+ * case (the device sums routed rows in int32). */
 megamoe_status mm_pool_rows(const megamoe_config* config, int num_ranks, int64_t* rows);
 
 #ifdef __cplusplus

@@ -1,6 +1,15 @@
 /* The staged forward: the kernel sequence of device/staged/staged.h on one
- * stream, with the two GEMMs on the selected engine. */
+ * stream, with the two GEMMs on the selected engine.
+ *
+ * Whatever happens on the host, the sequence keeps its two cross-rank
+ * barriers and its last kernel (which ends the forward), so the peers stay in
+ * step: an empty forward (F->injected_error) skips the work in between, and a
+ * GEMM the engine refuses to enqueue records its status on the device and
+ * the rest of the forward skips its work and carries the error. */
 #include "staged_forward.h"
+
+#include <stdio.h>
+#include <string.h>
 
 #include "device/gemm/gemm.h"
 #include "device/staged/staged.h"
@@ -9,40 +18,53 @@
 megamoe_status mm_staged_forward(const mm_layer_view* L, const mm_forward_view* F,
                                  const uint8_t* w1p, const float* w1p_sf, const uint8_t* w2,
                                  const float* w2_sf, int engine, cudaStream_t stream) {
+  const int empty = F->injected_error != 0;
+  megamoe_status gemm_st = MEGAMOE_OK;
+  char gemm_msg[512] = "";
   mm_route_launch(L, F, stream);
   mm_barrier_launch(L, 0, MM_SITE_BARRIER_DISPATCH, stream);
   mm_pool_layout_launch(L, stream);
-  mm_dispatch_launch(L, stream);
+  if (!empty) {
+    mm_dispatch_launch(L, stream);
 
-  /* L1: pool x W1p^T -> fp32 [P, 2I]. */
-  mm_gemm_problem l1 = mm_gemm_problem_make(
-      L->ws + L->offset[MM_WS_POOL_X], (const float*)(L->ws + L->offset[MM_WS_POOL_X_SF]), MM_SCALE_BLOCK, w1p,
-      w1p_sf, MM_W1_INTERLEAVE, (const int32_t*)(L->ws + L->offset[MM_WS_POOL_OFFSET]),
-      (const int32_t*)(L->ws + L->offset[MM_WS_POOL_COUNT]), L->local_experts, L->pool_rows, 2 * L->intermediate,
-      L->hidden);
-  l1.status = (mm_device_status*)(L->ws + L->offset[MM_WS_STATUS]);
-  l1.timeout_ns = L->timeout_ns;
-  l1.out_kind = MM_GEMM_OUT_F32;
-  l1.d = L->ws + L->offset[MM_WS_L1_ACC];
-  MM_TRY(mm_gemm_run((mm_gemm_engine)engine, &l1, stream));
-  mm_swiglu_quant_launch(L, stream);
-
-  /* L2: quantized L1 output x W2^T -> bf16 [P, H]. */
-  mm_gemm_problem l2 = mm_gemm_problem_make(
-      L->ws + L->offset[MM_WS_L1_OUT], (const float*)(L->ws + L->offset[MM_WS_L1_OUT_SF]), L->quant_group, w2, w2_sf,
-      MM_SCALE_BLOCK, l1.expert_offset, l1.expert_count, L->local_experts, L->pool_rows, L->hidden,
-      L->intermediate);
-  l2.status = l1.status;
-  l2.timeout_ns = L->timeout_ns;
-  l2.out_kind = MM_GEMM_OUT_BF16;
-  l2.d = L->ws + L->offset[MM_WS_L2_OUT];
-  MM_TRY(mm_gemm_run((mm_gemm_engine)engine, &l2, stream));
-  mm_combine_push_launch(L, stream);
+    /* L1: pool x W1p^T -> fp32 [P, 2I]. */
+    mm_gemm_problem l1 = mm_gemm_problem_make(
+        L->ws + L->offset[MM_WS_POOL_X], (const float*)(L->ws + L->offset[MM_WS_POOL_X_SF]), MM_SCALE_BLOCK, w1p,
+        w1p_sf, MM_W1_INTERLEAVE, (const int32_t*)(L->ws + L->offset[MM_WS_POOL_OFFSET]),
+        (const int32_t*)(L->ws + L->offset[MM_WS_POOL_COUNT]), L->local_experts, L->pool_rows, 2 * L->intermediate,
+        L->hidden);
+    l1.status = (mm_device_status*)(L->ws + L->offset[MM_WS_STATUS]);
+    l1.timeout_ns = L->timeout_ns;
+    l1.out_kind = MM_GEMM_OUT_F32;
+    l1.d = L->ws + L->offset[MM_WS_L1_ACC];
+    gemm_st = mm_gemm_run((mm_gemm_engine)engine, &l1, stream);
+    if (gemm_st == MEGAMOE_OK) {
+      mm_swiglu_quant_launch(L, stream);
+      /* L2: quantized L1 output x W2^T -> bf16 [P, H]. */
+      mm_gemm_problem l2 = mm_gemm_problem_make(
+          L->ws + L->offset[MM_WS_L1_OUT], (const float*)(L->ws + L->offset[MM_WS_L1_OUT_SF]), L->quant_group, w2,
+          w2_sf, MM_SCALE_BLOCK, l1.expert_offset, l1.expert_count, L->local_experts, L->pool_rows, L->hidden,
+          L->intermediate);
+      l2.status = l1.status;
+      l2.timeout_ns = L->timeout_ns;
+      l2.out_kind = MM_GEMM_OUT_BF16;
+      l2.d = L->ws + L->offset[MM_WS_L2_OUT];
+      gemm_st = mm_gemm_run((mm_gemm_engine)engine, &l2, stream);
+    }
+    if (gemm_st != MEGAMOE_OK) {
+      /* Keep the ranks in step: the device records the failure, the
+       * combine push skips, the barrier carries it. */
+      snprintf(gemm_msg, sizeof gemm_msg, "%s", megamoe_last_error());
+      mm_record_error_launch(L, (int)gemm_st, MM_SITE_HOST, 0, stream);
+    }
+    mm_combine_push_launch(L, stream);
+  }
   mm_barrier_launch(L, 1, MM_SITE_BARRIER_COMBINE, stream);
   mm_reduce_launch(L, F, stream);
 
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     return mm_fail(MEGAMOE_ERR_CUDA, "staged forward launch: %s", cudaGetErrorString(err));
+  if (gemm_st != MEGAMOE_OK) return mm_fail(gemm_st, "%s (the forward ran on without its GEMMs)", gemm_msg);
   return MEGAMOE_OK;
 }

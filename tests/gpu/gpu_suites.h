@@ -14,8 +14,22 @@ extern "C" {
 /* tests/gpu/test_gemm.cu: the grouped FP8 GEMM engines. */
 extern const mm_test mm_gemm_gpu_tests[];
 
+/* tests/gpu/test_comm.cu: the in-kernel communication primitives of
+ * src/device/comm/ (counter waits, grid barrier, CTA publish, TMA after the
+ * proxy fence), their deadlines, and controls that plant each bug. */
+extern const mm_test mm_comm_gpu_tests[];
+
 #ifdef __cplusplus
 }
+#endif
+
+#ifndef __cplusplus
+#include "rank_ctx.h"
+
+/* tests/gpu/test_errors.c: the error protocol across ranks (a bad value on
+ * one rank, errors keyed by forward, the error word after graph replays),
+ * a pool overflow, and weights prepared in place. */
+extern const mm_rank_test mm_error_tests[];
 #endif
 
 #endif

@@ -131,7 +131,9 @@ static void run_suite(suite_run* s, int num_ranks, mm_test_counts* counts) {
 static int count_all(const char* filter) {
   int n = 0;
   for (const mm_test* t = mm_gemm_gpu_tests; t->name; ++t) n += !filter || strstr(t->name, filter);
+  for (const mm_test* t = mm_comm_gpu_tests; t->name; ++t) n += !filter || strstr(t->name, filter);
   for (const mm_rank_test* t = mm_layer_tests; t->name; ++t) n += !filter || strstr(t->name, filter);
+  for (const mm_rank_test* t = mm_error_tests; t->name; ++t) n += !filter || strstr(t->name, filter);
   return n;
 }
 
@@ -152,6 +154,8 @@ int main(int argc, char** argv) {
 
   suite_run gemm = {"gemm", mm_gemm_gpu_tests, NULL, filter, seed, -1};
   run_suite(&gemm, 1, &counts);
+  suite_run comm = {"comm", mm_comm_gpu_tests, NULL, filter, seed, -1};
+  run_suite(&comm, 1, &counts);
 
   int rank_counts[4] = {1, 2, gpus, 0}, nrc = 0;
   const char* ranks_env = getenv("MEGAMOE_TEST_RANKS");
@@ -162,6 +166,20 @@ int main(int argc, char** argv) {
   } else {
     nrc = gpus > 2 ? 3 : 2;
   }
+  /* The error protocol, once per rank count, on the default GEMM engine. */
+  for (int i = 0; i < nrc; ++i) {
+    const int r = rank_counts[i];
+    char label[64];
+    snprintf(label, sizeof label, "EP%d", r);
+    suite_run s = {label, NULL, mm_error_tests, filter, seed + 7919u * (uint64_t)r, -1};
+    if (r < 1 || r > gpus) {
+      printf("[SKIP] %s errors: needs %d GPUs, %d visible\n", label, r, gpus);
+      for (const mm_rank_test* t = mm_error_tests; t->name; ++t) counts.skipped += matches(&s, t->name);
+      continue;
+    }
+    run_suite(&s, r, &counts);
+  }
+
   const char* engines[2] = {"simple", "wgmma"};
   for (int e = 0; e < 2; ++e) {
     setenv("MEGAMOE_GEMM", engines[e], 1);

@@ -22,7 +22,7 @@ typedef struct rejection {
 } rejection;
 
 static mm_test_result test_config_rejections(void) {
-  rejection cases[40];
+  rejection cases[48];
   int n = 0;
 #define REJECT(desc, ranks, want, name, ...)            \
   do {                                                  \
@@ -67,6 +67,12 @@ static mm_test_result test_config_rejections(void) {
   REJECT("arm count", 2, MEGAMOE_ERR_BAD_ARM, "arm", c_.arm = MEGAMOE_ARM_COUNT);
   REJECT("timeout NaN", 2, MEGAMOE_ERR_BAD_ARGUMENT, "timeout_s", c_.timeout_s = NAN);
   REJECT("timeout above a year", 2, MEGAMOE_ERR_BAD_ARGUMENT, "timeout_s", c_.timeout_s = 1e12);
+  REJECT("pool_imbalance 0.5", 2, MEGAMOE_ERR_BAD_ARGUMENT, "pool_imbalance", c_.pool_imbalance = 0.5);
+  REJECT("pool_imbalance above ranks", 2, MEGAMOE_ERR_BAD_ARGUMENT, "pool_imbalance", c_.pool_imbalance = 2.5);
+  REJECT("pool_imbalance -1", 4, MEGAMOE_ERR_BAD_ARGUMENT, "pool_imbalance", c_.pool_imbalance = -1.0);
+  REJECT("pool_imbalance NaN", 2, MEGAMOE_ERR_BAD_ARGUMENT, "pool_imbalance", c_.pool_imbalance = NAN);
+  REJECT("pool_imbalance inf", 8, MEGAMOE_ERR_BAD_ARGUMENT, "pool_imbalance", c_.num_experts = 16;
+         c_.pool_imbalance = INFINITY);
 #undef REJECT
   for (int i = 0; i < n; ++i) {
     const megamoe_status got = megamoe_check_config(&cases[i].cfg, cases[i].num_ranks);
@@ -199,7 +205,7 @@ static mm_test_result check_layout(const megamoe_config* c, int ranks) {
   CHECK(l.symmetric_bytes % MM_REGION_ALIGN == 0 && l.workspace_bytes % MM_REGION_ALIGN == 0);
 
   /* The sizes the kernels index with (DESIGN.md section 4, layout.h). */
-  CHECK_EQ_INT(l.regions[MM_SYM_FLAGS].bytes, MEGAMOE_MAX_RANKS * 8);
+  CHECK_EQ_INT(l.regions[MM_SYM_FLAGS].bytes, MM_FLAG_BANKS * MEGAMOE_MAX_RANKS * 8);
   CHECK_EQ_INT(l.regions[MM_SYM_INPUT_X].bytes, T * H);
   CHECK_EQ_INT(l.regions[MM_SYM_INPUT_X_SF].bytes, T * (H / 128) * 4);
   CHECK_EQ_INT(l.regions[MM_SYM_ROUTE_COUNTS].bytes, R * El * 4);

@@ -32,5 +32,6 @@ extern const mm_test unit_suite_layout[];
 extern const mm_test unit_suite_procs[];
 extern const mm_test unit_suite_comm[];
 extern const mm_test unit_suite_cli[];
+extern const mm_test unit_suite_errors[];
 
 #endif

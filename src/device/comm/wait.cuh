@@ -4,7 +4,9 @@
  * Every spin in megamoe ends: a wait that does not see its value before the
  * deadline records MEGAMOE_ERR_TIMEOUT in the layer's status record (first
  * error wins) and returns false, and the caller leaves its loop (no trap, no
- * hang). Callers of a failed wait must not touch the data it guarded.
+ * hang). Callers of a failed wait must not touch the data it guarded. Only
+ * an error of the CURRENT forward (mm_failed, comm/forward.cuh) stops a wait
+ * early; an earlier forward's error never does.
  *
  * Ordering recipes (PTX memory model):
  *  - data written by ordinary stores of THIS thread, read by another CTA or
@@ -12,7 +14,8 @@
  *  - data written by OTHER threads of this CTA: they store, then a CTA barrier
  *    (bar.sync orders their stores before it at CTA scope), then one thread
  *    does a release at gpu/sys scope: the release is cumulative over what the
- *    barrier made visible to it.
+ *    barrier made visible to it (mm_cta_publish_add; the reading CTA's side
+ *    is mm_cta_wait_counter_geq). A whole grid: comm/grid.cuh.
  *  - data that the async proxy reads next (TMA loads of rows that warps wrote
  *    with st.global): the writer runs mm_fence_proxy_async_global() after its
  *    stores and before the release; the reader, after its acquire and before
@@ -89,8 +92,10 @@ typedef struct mm_wait_ctx {
 /* Spins until *counter >= target (acquire at gpu scope, or sys scope when
  * kSys). Returns true when reached. Returns false when the deadline passed
  * (MEGAMOE_ERR_TIMEOUT recorded with detail = the counter's index given by
- * the caller, seen / want the values) or when *abort_flag became non-zero or
- * the status record already holds an error of any kind (nothing recorded). */
+ * the caller, seen / want the values, and how long it waited) or when
+ * *abort_flag became non-zero or the status record holds an error of the
+ * CURRENT forward (nothing recorded; an error of an earlier forward does not
+ * stop a wait). */
 template <bool kSys>
 MM_DEVICE bool mm_wait_counter_geq(const int32_t* counter, int32_t target, const mm_wait_ctx& ctx,
                                    int detail) {
@@ -102,15 +107,55 @@ MM_DEVICE bool mm_wait_counter_geq(const int32_t* counter, int32_t target, const
     if (seen >= target) return true;
     if ((spin & 31u) == 0) {
       if (ctx.abort_flag && *ctx.abort_flag) return false;
-      if (ctx.status && *(volatile const int32_t*)&ctx.status->code != 0) return false;
+      if (ctx.status && mm_failed(ctx.status)) return false;
       if (mm_deadline_passed(d)) {
         if (ctx.status)
-          mm_record_error(ctx.status, MEGAMOE_ERR_TIMEOUT, ctx.site, -1, detail, (uint64_t)(int64_t)seen,
-                          (uint64_t)(int64_t)target);
+          mm_record_error_waited(ctx.status, MEGAMOE_ERR_TIMEOUT, ctx.site, -1, detail, (uint64_t)(int64_t)seen,
+                                 (uint64_t)(int64_t)target, mm_globaltimer_ns() - d.start_ns);
         return false;
       }
     }
   }
+}
+
+/* ---- Handing data written by many threads of a CTA to another CTA/GPU ---- */
+
+/* Publishes what EVERY thread of this CTA stored before the call: all
+ * threads of the CTA call it (it has a CTA barrier). bar.sync orders the
+ * other threads' stores before thread 0's later operations (CTA scope), and
+ * thread 0's release at gpu (or sys) scope is cumulative over them, so a
+ * reader that acquires the counter sees every thread's data. With
+ * kAsyncReader each thread first runs the async-proxy fence, for a reader
+ * that loads the data with TMA. */
+template <bool kSys, bool kAsyncReader>
+MM_DEVICE void mm_cta_publish_add(int32_t* counter, int32_t add) {
+  if (kAsyncReader) mm_fence_proxy_async_global();
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    if (kSys) mm_red_release_sys_add_s32(counter, add);
+    else mm_red_release_gpu_add_s32(counter, add);
+  }
+}
+
+/* The reader's side for a whole CTA: thread 0 waits (acquire), the CTA
+ * barrier then orders its acquire before every thread's later loads (the
+ * acquire also invalidates this SM's L1, so plain loads see the data; never
+ * read such data through the non-coherent path, __ldg / ld.global.nc).
+ * All threads call it and get the same answer. With kAsyncReader thread 0
+ * runs the async-proxy fence after the acquire, before the caller issues TMA. */
+template <bool kSys, bool kAsyncReader>
+MM_DEVICE bool mm_cta_wait_counter_geq(const int32_t* counter, int32_t target, const mm_wait_ctx& ctx,
+                                       int detail) {
+  __shared__ int s_reached;
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    const bool ok = mm_wait_counter_geq<kSys>(counter, target, ctx, detail);
+    if (kAsyncReader) mm_fence_proxy_async_global();
+    s_reached = ok ? 1 : 0;
+  }
+  __syncthreads();
+  const bool reached = s_reached != 0;
+  __syncthreads(); /* s_reached is reused by the next call */
+  return reached;
 }
 
 #endif

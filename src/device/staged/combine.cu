@@ -1,6 +1,7 @@
 /* Combine: push each expert output row to its source rank's slot [k][t]
  * (over NVLink for a peer), then, after the barrier, reduce the K slots of
  * every token in slot order. */
+#include "comm/forward.cuh"
 #include "staged/staged.h"
 #include "view.cuh"
 
@@ -28,10 +29,8 @@ extern "C" void mm_combine_push_launch(const mm_layer_view* Lp, cudaStream_t str
   mm_combine_push_kernel<<<L.fill_blocks, 256, 0, stream>>>(L);
 }
 
-/* y[t] = bf16(sum over unmasked k, in order k = 0..K-1, of fp32(combine[k][t])).
- * One warp per token, 8 columns (16 bytes) per lane per step. */
-__global__ void __launch_bounds__(256) mm_reduce_kernel(mm_layer_view L, mm_forward_view F) {
-  if (mm_failed(mm_status(L))) return;
+/* This CTA's share of the tokens' sums (mm_reduce_kernel). */
+MM_DEVICE void mm_reduce_tokens(const mm_layer_view& L, const mm_forward_view& F) {
   const int H = L.hidden, K = L.top_k;
   const uint16_t* combine = mm_sym<uint16_t>(L, L.rank, MM_SYM_COMBINE);
   const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
@@ -54,6 +53,15 @@ __global__ void __launch_bounds__(256) mm_reduce_kernel(mm_layer_view L, mm_forw
       *reinterpret_cast<uint4*>(F.y + (int64_t)t * H + c) = o;
     }
   }
+}
+
+/* y[t] = bf16(sum over unmasked k, in order k = 0..K-1, of fp32(combine[k][t])).
+ * One warp per token, 8 columns (16 bytes) per lane per step. The forward's
+ * last kernel: after an error of this forward y is not written (the error is
+ * reported instead), and every CTA ends the forward (comm/forward.cuh). */
+__global__ void __launch_bounds__(256) mm_reduce_kernel(mm_layer_view L, mm_forward_view F) {
+  if (!mm_failed(mm_status(L))) mm_reduce_tokens(L, F);
+  mm_forward_end(L);
 }
 
 extern "C" void mm_reduce_launch(const mm_layer_view* Lp, const mm_forward_view* Fp, cudaStream_t stream) {

@@ -68,12 +68,25 @@ extern "C" void mm_dispatch_launch(const mm_layer_view* Lp, cudaStream_t stream)
   mm_dispatch_kernel<<<L.fill_blocks, 256, smem, stream>>>(L);
 }
 
-/* One block; thread p signals and waits on peer p. Barrier `which` (0 or 1)
- * of forward number `epoch` waits for the value 2 * epoch + which: values
- * grow over the layer's life. */
+/* One block; thread p signals and waits on peer p. Barrier `which` (0:
+ * dispatch, 1: combine) of the forward in progress waits for
+ * mm_barrier_value(forward, which): values grow over the layer's life. */
 __global__ void mm_barrier_kernel(mm_layer_view L, int which, int site) {
-  const uint64_t epoch = *mm_ws<volatile uint64_t>(L, MM_WS_EPOCH);
-  mm_barrier_thread(L, mm_status(L), 2 * epoch + (uint64_t)which, site);
+  mm_device_status* st = mm_status(L);
+  mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), which), site);
+}
+
+/* Records a host-side failure found in the middle of enqueueing a forward
+ * (a GEMM launch that was refused): the rest of the forward then skips its
+ * work, and its barriers carry the code to the peers. */
+__global__ void mm_record_error_kernel(mm_layer_view L, int code, int site, int detail) {
+  mm_record_error(mm_status(L), code, site, -1, detail, 0, 0);
+}
+
+extern "C" void mm_record_error_launch(const mm_layer_view* Lp, int code, int site, int detail,
+                                       cudaStream_t stream) {
+  const mm_layer_view& L = *Lp;
+  mm_record_error_kernel<<<1, 1, 0, stream>>>(L, code, site, detail);
 }
 
 extern "C" void mm_barrier_launch(const mm_layer_view* Lp, int which, int site, cudaStream_t stream) {

@@ -2,17 +2,22 @@
  * publish to each expert's rank the count and the (token, slot, weight) list
  * of its local experts, in (local expert, token, slot) order — the order the
  * pool rows take, which makes the whole layer deterministic. */
+#include "comm/forward.cuh"
 #include "staged/staged.h"
 #include "view.cuh"
 
-/* Block e counts the slots routed to global expert e. Block 0 also validates
- * every index and records MEGAMOE_ERR_BAD_TOPK_INDEX for the first bad one. */
+/* Block e counts the slots routed to global expert e. Block 0 starts the
+ * forward (records the host's injected error, see comm/forward.cuh), then
+ * validates every index and records MEGAMOE_ERR_BAD_TOPK_INDEX for the first
+ * bad one. An empty forward has num_tokens = 0 and reads nothing. */
 __global__ void __launch_bounds__(256) mm_route_count_kernel(mm_layer_view L, mm_forward_view F) {
   __shared__ int scratch[32];
   mm_device_status* st = mm_status(L);
   const int e = blockIdx.x;
-  /* This forward's number: the barriers that follow on the stream read it. */
-  if (e == 0 && threadIdx.x == 0) *mm_ws<uint64_t>(L, MM_WS_EPOCH) += 1;
+  if (e == 0) {
+    if (threadIdx.x == 0) mm_forward_start(st, F.injected_error);
+    __syncthreads(); /* the injected error wins over a bad index */
+  }
   const int64_t slots = (int64_t)F.num_tokens * L.top_k;
   int count = 0;
   for (int64_t i = threadIdx.x; i < slots; i += blockDim.x) {
@@ -89,11 +94,14 @@ __global__ void __launch_bounds__(1024) mm_pool_layout_kernel(mm_layer_view L) {
   const int padded = (rows + MM_POOL_ROW_ALIGN - 1) / MM_POOL_ROW_ALIGN * MM_POOL_ROW_ALIGN;
   int total;
   const int offset = mm_block_exclusive_scan(le < El ? padded : 0, scratch, &total);
-  /* Cannot happen while every rank keeps T <= T_max (checked on its host);
-   * if it did, an empty pool keeps every later kernel inside its buffers. */
+  /* The pool holds L.pool_rows rows (config pool_imbalance). When this
+   * forward routes more here, nothing is computed: an empty pool keeps every
+   * later kernel inside its buffers, and the error (naming the first expert
+   * that does not fit) travels to the peers with the combine barrier. */
   const bool overflow = total > L.pool_rows;
-  if (le == 0 && overflow)
-    mm_record_error(st, MEGAMOE_ERR_DEVICE_CHECK, MM_SITE_DISPATCH, -1, total, 0, 0);
+  if (overflow && le < El && offset <= L.pool_rows && offset + padded > L.pool_rows)
+    mm_record_error(st, MEGAMOE_ERR_TOO_MANY_TOKENS, MM_SITE_POOL, -1, L.rank * El + le, (uint64_t)total,
+                    (uint64_t)L.pool_rows);
   if (le < El) {
     pool_offset[le] = overflow ? 0 : offset;
     pool_count[le] = overflow ? 0 : rows;

@@ -13,9 +13,14 @@
  *   barrier        all ranks: combine rows landed
  *   reduce         y[t] = sum over k in slot order
  *
- * The forward's sequence number lives on the device (MM_WS_EPOCH: route_count
- * increments it, the barriers read it), so a forward captured in a CUDA graph
- * stays correct on every replay: barrier values keep growing.
+ * The forward's number lives on the device (mm_device_status.forward, see
+ * comm/forward.cuh: route_count starts the forward, the reduce kernel's last
+ * CTA advances the number and writes the error word), so a forward captured
+ * in a CUDA graph stays correct on every replay: barrier values keep growing.
+ *
+ * An empty forward (mm_forward_view.injected_error != 0) runs route_count,
+ * route_publish, both barriers, pool_layout and reduce: the same barrier
+ * sequence, no reads of inputs or weights.
  *
  * Ordering across ranks uses only the two barriers: a rank writes a peer's
  * route lists for forward n+1 only after that peer passed the combine
@@ -42,6 +47,9 @@ void mm_dispatch_launch(const mm_layer_view* L, cudaStream_t stream);
 void mm_swiglu_quant_launch(const mm_layer_view* L, cudaStream_t stream);
 void mm_combine_push_launch(const mm_layer_view* L, cudaStream_t stream);
 void mm_reduce_launch(const mm_layer_view* L, const mm_forward_view* F, cudaStream_t stream);
+/* Records `code` as the forward's error from the stream (a host-side failure
+ * in the middle of enqueueing: the rest of the forward carries it). */
+void mm_record_error_launch(const mm_layer_view* L, int code, int site, int detail, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,104 @@
+/* A grid barrier for persistent kernels, with the layer's deadline.
+ *
+ * Every CTA of the grid must be resident at once (a persistent kernel sized
+ * to the machine, or a cooperative launch) and every CTA must call it the
+ * same number of times; all threads of a CTA call it (it has CTA barriers).
+ * It also orders memory: every write any thread of any CTA made before the
+ * barrier is visible to every thread of every CTA after it (gpu scope).
+ *
+ * Protocol (generation based, reusable, no reset race):
+ *   thread 0 reads the generation g, then arrives with an acq_rel atomic add.
+ *   The last arriver stores arrived = 0 and then releases generation g + 1;
+ *   the others spin (acquire) until the generation differs from g.
+ * - g is current when read: the generation only moves once every CTA has
+ *   arrived, this one included, and this CTA saw (or made) the previous move.
+ * - The reset cannot race with the next round: a CTA arrives at round g + 1
+ *   only after acquiring generation g + 1, which the last arriver released
+ *   after its store of 0 (and the last arriver itself stored 0 first).
+ * - Ordering: the CTA barrier puts every thread's earlier writes before
+ *   thread 0's arrival; each arrival (acq_rel RMW on one word) reads from the
+ *   previous one, so the last arriver has acquired all of them, and its
+ *   release of the generation is cumulative; the waiters' acquire followed
+ *   by the closing CTA barrier hands that to all their threads.
+ *
+ * A waiter that passes the deadline records MEGAMOE_ERR_TIMEOUT at
+ * MM_SITE_GRID_BARRIER (peer -1, seen = CTAs arrived, want = CTAs in the
+ * grid, detail = the generation waited on) and returns false, like every CTA
+ * that gives up: no trap, no hang. The state is then inconsistent (a CTA is
+ * missing); the caller leaves, and a layer that saw it is dead (timeout).
+ * Errors recorded in the status by other roles do not end the wait: after an
+ * error, CTAs keep arriving at the grid barriers so they stay in step. */
+#ifndef MEGAMOE_COMM_GRID_CUH
+#define MEGAMOE_COMM_GRID_CUH
+
+#include "comm/wait.cuh"
+
+MM_DEVICE uint32_t mm_ld_relaxed_gpu_u32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+MM_DEVICE uint32_t mm_ld_acquire_gpu_u32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+MM_DEVICE void mm_st_relaxed_gpu_u32(uint32_t* p, uint32_t v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+MM_DEVICE void mm_st_release_gpu_u32(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+MM_DEVICE uint32_t mm_atom_add_acq_rel_gpu_u32(uint32_t* p, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
+/* The grid barrier above. ctx: the status record (may be NULL: nothing is
+ * recorded), the deadline, and an optional abort flag (another role gave up:
+ * return false at once, nothing recorded); ctx.site is ignored. */
+MM_DEVICE bool mm_grid_barrier(mm_grid_barrier_state* gb, const mm_wait_ctx& ctx) {
+  __shared__ int s_passed;
+  __syncthreads(); /* every thread's earlier writes precede thread 0's arrival */
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    const uint32_t ctas = gridDim.x * gridDim.y * gridDim.z;
+    const uint32_t gen = mm_ld_relaxed_gpu_u32(&gb->generation);
+    const uint32_t before = mm_atom_add_acq_rel_gpu_u32(&gb->arrived, 1u);
+    int passed = 1;
+    if (before + 1 == ctas) {
+      mm_st_relaxed_gpu_u32(&gb->arrived, 0u);
+      mm_st_release_gpu_u32(&gb->generation, gen + 1);
+    } else {
+      const mm_deadline d = mm_deadline_start(ctx.timeout_ns);
+      for (uint32_t spin = 1;; ++spin) {
+        if (mm_ld_acquire_gpu_u32(&gb->generation) != gen) break;
+        if ((spin & 31u) == 0) {
+          if (ctx.abort_flag && *ctx.abort_flag) {
+            passed = 0;
+            break;
+          }
+          if (mm_deadline_passed(d)) {
+            if (ctx.status)
+              mm_record_error_waited(ctx.status, MEGAMOE_ERR_TIMEOUT, MM_SITE_GRID_BARRIER, -1, (int)gen,
+                                     mm_ld_relaxed_gpu_u32(&gb->arrived), ctas,
+                                     mm_globaltimer_ns() - d.start_ns);
+            passed = 0;
+            break;
+          }
+        }
+      }
+    }
+    s_passed = passed;
+  }
+  __syncthreads(); /* hands thread 0's acquire (and the answer) to the CTA */
+  const bool passed = s_passed != 0;
+  __syncthreads(); /* s_passed is reused by the next call */
+  return passed;
+}
+
+#endif

@@ -1,0 +1,225 @@
+/* One layer problem for the multi-rank GPU tests (layer_case.h). */
+#include "layer_case.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "ref.h"
+
+lc_case lc_make(const mm_rank_ctx* ctx, int64_t H, int64_t I, int E, int K, int64_t T, uint64_t salt) {
+  lc_case c;
+  memset(&c, 0, sizeof c);
+  c.cfg = megamoe_config_make(H, I, E, K, T > 0 ? T : 1);
+  c.cfg.timeout_s = 20.0;
+  for (int r = 0; r < ctx->num_ranks; ++r) c.tokens[r] = T;
+  c.seed = ctx->seed * 1000003u + salt;
+  return c;
+}
+
+void lc_free(lc_data* d) {
+  free(d->w1);
+  free(d->w2);
+  free(d->w1_sf);
+  free(d->w2_sf);
+  for (int r = 0; r < MEGAMOE_MAX_RANKS; ++r) {
+    free(d->x[r]);
+    free(d->x_sf[r]);
+    free(d->idx[r]);
+    free(d->w[r]);
+  }
+  free(d->y_ref);
+  memset(d, 0, sizeof *d);
+}
+
+/* Weights in the fp8 range with block scales making the effective weight
+ * ~ N(0, 1 / K_dim), so activations stay O(1). */
+static void fill_weights(mm_rng* g, uint8_t* w, float* sf, int64_t experts, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < experts * rows * cols; ++i) w[i] = ref_e4m3_encode((float)(mm_rng_normal(g) * 64.0));
+  const int64_t n_sf = experts * (rows / 128) * (cols / 128);
+  for (int64_t i = 0; i < n_sf; ++i) sf[i] = (float)((0.5 + mm_rng_uniform(g)) / 64.0 / sqrt((double)cols));
+}
+
+static void fill_tokens(mm_rng* g, uint8_t* x, float* x_sf, int64_t T, int64_t H) {
+  float row[128];
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t b = 0; b < H / 128; ++b) {
+      for (int i = 0; i < 128; ++i) row[i] = (float)mm_rng_normal(g);
+      ref_quantize_group(row, 128, x + t * H + b * 128, &x_sf[t * (H / 128) + b]);
+    }
+}
+
+static void fill_routing(mm_rng* g, const lc_case* c, int32_t* idx, float* w, int64_t T) {
+  const int K = c->cfg.top_k, E = c->cfg.num_experts;
+  for (int64_t t = 0; t < T; ++t)
+    for (int k = 0; k < K; ++k) {
+      int e, fresh;
+      do { /* distinct experts per token */
+        e = (int)mm_rng_below(g, (uint64_t)E);
+        fresh = 1;
+        for (int j = 0; j < k; ++j) fresh &= idx[t * K + j] != e;
+      } while (!fresh);
+      idx[t * K + k] = e;
+      w[t * K + k] = (float)(0.05 + mm_rng_uniform(g));
+      if (mm_rng_uniform(g) < c->mask_ratio) idx[t * K + k] = -1;
+    }
+}
+
+int lc_build(const lc_case* c, int R, int rank, lc_data* d) {
+  memset(d, 0, sizeof *d);
+  const megamoe_config* cfg = &c->cfg;
+  const int64_t H = cfg->hidden, I = cfg->intermediate, E = cfg->num_experts, K = cfg->top_k;
+  d->R = R;
+  d->El = (int)(E / R);
+  mm_rng wg = {c->weight_seed ? c->weight_seed : c->seed};
+  mm_rng g = {c->seed ^ 0x70cc3115ull};
+  d->w1 = malloc((size_t)(E * 2 * I * H));
+  d->w2 = malloc((size_t)(E * H * I));
+  d->w1_sf = malloc(sizeof(float) * (size_t)(E * (2 * I / 128) * (H / 128)));
+  d->w2_sf = malloc(sizeof(float) * (size_t)(E * (H / 128) * (I / 128)));
+  if (!d->w1 || !d->w2 || !d->w1_sf || !d->w2_sf) return -1;
+  fill_weights(&wg, d->w1, d->w1_sf, E, 2 * I, H);
+  fill_weights(&wg, d->w2, d->w2_sf, E, H, I);
+  for (int r = 0; r < R; ++r) {
+    const int64_t T = c->tokens[r];
+    d->x[r] = malloc((size_t)(T * H) + 1);
+    d->x_sf[r] = malloc(sizeof(float) * (size_t)(T * (H / 128)) + 1);
+    d->idx[r] = malloc(sizeof(int32_t) * (size_t)(T * K) + 1);
+    d->w[r] = malloc(sizeof(float) * (size_t)(T * K) + 1);
+    if (!d->x[r] || !d->x_sf[r] || !d->idx[r] || !d->w[r]) return -1;
+    fill_tokens(&g, d->x[r], d->x_sf[r], T, H);
+    fill_routing(&g, c, d->idx[r], d->w[r], T);
+  }
+  d->y_ref = malloc(sizeof(uint16_t) * (size_t)(c->tokens[rank] * H) + 1);
+  if (!d->y_ref) return -1;
+  /* The reference of this rank's tokens only (a token depends on nothing else). */
+  ref_rank_data rd[MEGAMOE_MAX_RANKS];
+  memset(rd, 0, sizeof rd);
+  for (int r = 0; r < R; ++r) {
+    rd[r].num_tokens = r == rank ? c->tokens[r] : 0;
+    rd[r].x = d->x[r];
+    rd[r].x_sf = d->x_sf[r];
+    rd[r].topk_idx = d->idx[r];
+    rd[r].topk_w = d->w[r];
+    rd[r].y = r == rank ? d->y_ref : NULL;
+    rd[r].w1 = d->w1 + (int64_t)r * d->El * 2 * I * H;
+    rd[r].w1_sf = d->w1_sf + (int64_t)r * d->El * (2 * I / 128) * (H / 128);
+    rd[r].w2 = d->w2 + (int64_t)r * d->El * H * I;
+    rd[r].w2_sf = d->w2_sf + (int64_t)r * d->El * (H / 128) * (I / 128);
+  }
+  if (ref_layer_forward(cfg, R, rd) != MEGAMOE_OK) {
+    fprintf(stderr, "    reference failed: %s\n", megamoe_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+void lc_device_free(lc_device* g) {
+  void* ptrs[] = {g->w1, g->w2, g->w1_sf, g->w2_sf, g->x, g->x_sf, g->idx, g->w, g->y};
+  for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; ++i) cudaFree(ptrs[i]);
+  memset(g, 0, sizeof *g);
+}
+
+static int upload(void** dst, const void* src, size_t bytes) {
+  if (cudaMalloc(dst, bytes ? bytes : 16) != cudaSuccess) return -1;
+  if (bytes && cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return -1;
+  return 0;
+}
+
+int lc_upload(const lc_case* c, const lc_data* d, int rank, lc_device* g) {
+  memset(g, 0, sizeof *g);
+  const int64_t H = c->cfg.hidden, I = c->cfg.intermediate, K = c->cfg.top_k, El = d->El;
+  const int64_t T = c->tokens[rank];
+  int bad = 0;
+  bad |= upload(&g->w1, d->w1 + rank * El * 2 * I * H, (size_t)(El * 2 * I * H));
+  bad |= upload(&g->w1_sf, d->w1_sf + rank * El * (2 * I / 128) * (H / 128),
+                sizeof(float) * (size_t)(El * (2 * I / 128) * (H / 128)));
+  bad |= upload(&g->w2, d->w2 + rank * El * H * I, (size_t)(El * H * I));
+  bad |= upload(&g->w2_sf, d->w2_sf + rank * El * (H / 128) * (I / 128),
+                sizeof(float) * (size_t)(El * (H / 128) * (I / 128)));
+  bad |= upload(&g->x, d->x[rank], (size_t)(T * H));
+  bad |= upload(&g->x_sf, d->x_sf[rank], sizeof(float) * (size_t)(T * (H / 128)));
+  bad |= upload(&g->w, d->w[rank], sizeof(float) * (size_t)(T * K));
+  bad |= upload(&g->idx, d->idx[rank], sizeof(int32_t) * (size_t)(T * K));
+  bad |= cudaMalloc(&g->y, sizeof(uint16_t) * (size_t)(T * H) + 16) != cudaSuccess;
+  return bad ? -1 : 0;
+}
+
+megamoe_forward_args lc_args(const lc_case* c, const lc_device* g, int rank) {
+  megamoe_forward_args a;
+  memset(&a, 0, sizeof a);
+  a.x = g->x;
+  a.x_sf = g->x_sf;
+  a.topk_idx = g->idx;
+  a.topk_idx_type = MEGAMOE_INDEX_INT32;
+  a.topk_w = g->w;
+  a.num_tokens = c->tokens[rank];
+  a.y = g->y;
+  return a;
+}
+
+int lc_poison(void* y, int64_t n) {
+  return cudaMemset(y, 0xFF, sizeof(uint16_t) * (size_t)n + 16) == cudaSuccess ? 0 : -1;
+}
+
+int lc_still_poisoned(const void* y, int64_t n) {
+  const size_t bytes = sizeof(uint16_t) * (size_t)n + 16;
+  uint8_t* h = malloc(bytes);
+  if (!h || cudaMemcpy(h, y, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    free(h);
+    return 0;
+  }
+  int all = 1;
+  for (size_t i = 0; i < bytes && all; ++i) all = h[i] == 0xFF;
+  free(h);
+  return all;
+}
+
+int lc_check_output(const lc_case* c, const lc_data* d, int rank, const void* y_dev, const char* what) {
+  const int64_t T = c->tokens[rank], H = c->cfg.hidden, K = c->cfg.top_k;
+  if (T == 0) return 0;
+  uint16_t* y = malloc(sizeof(uint16_t) * (size_t)(T * H));
+  if (!y || cudaMemcpy(y, y_dev, sizeof(uint16_t) * (size_t)(T * H), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    fprintf(stderr, "    %s rank %d: download of y failed\n", what, rank);
+    free(y);
+    return -1;
+  }
+  int rc = 0;
+  for (int64_t t = 0; t < T && rc == 0; ++t) {
+    int live = 0;
+    for (int k = 0; k < K; ++k) live |= d->idx[rank][t * K + k] >= 0;
+    double err = 0, norm = 0;
+    for (int64_t h = 0; h < H; ++h) {
+      const double a = ref_bf16_decode(y[t * H + h]), b = ref_bf16_decode(d->y_ref[t * H + h]);
+      if (isnan(a)) {
+        fprintf(stderr, "    %s rank %d: y[%lld][%lld] is NaN (unwritten?)\n", what, rank, (long long)t, (long long)h);
+        rc = -1;
+        break;
+      }
+      if (!live && y[t * H + h] != 0) {
+        fprintf(stderr, "    %s rank %d: token %lld has every slot masked but y != 0\n", what, rank, (long long)t);
+        rc = -1;
+        break;
+      }
+      err += (a - b) * (a - b);
+      norm += b * b;
+    }
+    if (rc == 0 && live && !(sqrt(err) <= 3e-2 * sqrt(norm))) {
+      fprintf(stderr, "    %s rank %d: token %lld relative error %.3g (bound 3e-2)\n", what, rank, (long long)t,
+              norm > 0 ? sqrt(err / norm) : sqrt(err));
+      rc = -1;
+    }
+  }
+  if (rc == 0) {
+    const double diff = ref_diff_bf16(y, d->y_ref, (size_t)(T * H));
+    if (!(diff < 1e-2)) {
+      fprintf(stderr, "    %s rank %d: diff %.3g >= 1e-2\n", what, rank, diff);
+      rc = -1;
+    }
+  }
+  free(y);
+  return rc;
+}
