@@ -1207,7 +1207,11 @@ mm_test_result test_rows_ready(void) {
     CUDA_OK(cudaMemset(d_a, 0x7F, R * k));
     CUDA_OK(cudaMemset(d_sf, 0xFF, sizeof(float) * L * R));
     CUDA_OK(cudaMemset(d_counters, 0, sizeof(int32_t) * blocks));
-    CUDA_OK(cudaMemset(d_status, 0, sizeof(mm_device_status)));
+    /* The status record of forward 1 of a layer, no error yet. */
+    mm_device_status fresh;
+    memset(&fresh, 0, sizeof fresh);
+    fresh.forward = 1;
+    CUDA_OK(cudaMemcpy(d_status, &fresh, sizeof fresh, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(o.d, 0xFF, out_bytes));
     CUDA_OK(cudaDeviceSynchronize());
     mm_gemm_problem g = with_output(&p.gp, MM_GEMM_OUT_F32, o.d, NULL);
@@ -1233,9 +1237,12 @@ mm_test_result test_rows_ready(void) {
     }
     /* The deadline fires: the counters stay at zero. */
     for (int preset = 0; preset < 2 && res == MM_TEST_PASS; ++preset) {
-      mm_device_status init;
-      memset(&init, 0, sizeof init);
-      if (preset) init.code = MEGAMOE_ERR_PEER_FAILED;
+      mm_device_status init = fresh;
+      if (preset) { /* forward 1 already failed: a peer reported an error */
+        init.code = MEGAMOE_ERR_PEER_FAILED;
+        init.epoch = 1;
+        init.key = (1ull << MM_STATUS_KEY_SHIFT) | MEGAMOE_ERR_PEER_FAILED;
+      }
       CUDA_OK(cudaMemset(d_counters, 0, sizeof(int32_t) * blocks));
       CUDA_OK(cudaMemcpy(d_status, &init, sizeof init, cudaMemcpyHostToDevice));
       CUDA_OK(cudaMemset(o.d, 0xFF, out_bytes));

@@ -66,6 +66,10 @@ typedef enum mm_gemm_tile {
    * wgmmas wait before its promotion), bf16 output only; measures what the
    * second partial accumulator buys (bench-gemm --tiles). */
   MM_GEMM_TILE_128x128_1P = 5,
+  /* Diagnostic: 256x128 without promotion (the scales are ignored: wrong
+   * output by design), bf16 only: the tensor pipe's ceiling with this
+   * pipeline, for the benchmark. */
+  MM_GEMM_TILE_256x128_NOSCALE = 6,
   MM_GEMM_TILE_COUNT
 } mm_gemm_tile;
 
@@ -87,6 +91,14 @@ megamoe_status mm_gemm_tile_check(mm_gemm_tile tile, int32_t out_kind, int32_t a
 /* A launch-ready wgmma GEMM. Opaque storage for the four tensor maps
  * (CUtensorMap: 128 bytes, 128-byte aligned) keeps this header free of the
  * driver API. */
+/* Shared-memory layout of one kernel instantiation for one problem
+ * (offsets from the 1024-aligned base; gemm_cfg.cuh computes it). */
+typedef struct mm_gemm_layout {
+  uint32_t stages;
+  uint32_t off_a, off_b, off_sf, off_full, off_empty, off_xwg, off_abort, off_sched;
+  uint32_t bytes; /* dynamic shared memory to request (base alignment slack included) */
+} mm_gemm_layout;
+
 #ifdef __cplusplus
 #define MM_ALIGN128 alignas(128)
 #else
@@ -96,9 +108,8 @@ typedef struct mm_gemm_plan {
   MM_ALIGN128 unsigned char maps[4][128]; /* A, B, A scales, D (TMA-store epilogue) */
   mm_gemm_problem problem;
   mm_gemm_tile tile;
-  int32_t kernel;      /* index of the kernel instantiation */
   int32_t grid;
-  uint32_t smem_bytes;
+  mm_gemm_layout layout;
 } mm_gemm_plan;
 
 megamoe_status mm_gemm_plan_make(const mm_gemm_problem* p, mm_gemm_tile tile, mm_gemm_plan* plan);

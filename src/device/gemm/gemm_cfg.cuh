@@ -48,8 +48,13 @@
 #define MM_GEMM_MIN_STAGES 2
 #define MM_GEMM_GROUP_ROWS 2048 /* rows of A per scheduler m-group (L2 reuse) */
 
-template <int BM_, int BN_, bool kSplitN_, bool kTwoParts_, int kPromo_, bool kStaging_>
+template <int BM_, int BN_, bool kSplitN_, bool kTwoParts_, int kPromo_, bool kStaging_, bool kNoScale_ = false>
 struct mm_gemm_cfg {
+  /* kNoScale (diagnostic tile only): no promotion, the chains accumulate
+   * straight into acc across K blocks, the way a per-tensor-scaled GEMM
+   * runs; the output ignores the scales (wrong by design), the time shows
+   * what the promotion costs. */
+  static constexpr bool kNoScale = kNoScale_;
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;
   static constexpr bool kSplitN = kSplitN_;
@@ -79,26 +84,20 @@ struct mm_gemm_cfg {
   static_assert(kTxBytes < (1u << 20), "mbarrier tx-count range");
 };
 
-/* Runtime shared-memory layout (offsets from the 1024-aligned base). */
-typedef struct mm_gemm_layout {
-  uint32_t stages;
-  uint32_t off_a, off_b, off_sf, off_full, off_empty, off_xwg, off_abort, off_sched;
-  uint32_t bytes; /* dynamic shared memory to request (base alignment slack included) */
-} mm_gemm_layout;
-
 static inline __host__ __device__ uint32_t mm_align_up_u32(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 
 /* Layout for a config with the given stage/staging sizes and sched_bytes of
  * scheduler arrays; stages = 0 when not even MM_GEMM_MIN_STAGES fit. */
 static inline __host__ __device__ mm_gemm_layout mm_gemm_layout_make(uint32_t stage_a, uint32_t stage_b,
                                                                      uint32_t stage_sf, uint32_t staging,
-                                                                     uint32_t bm, uint32_t sched_bytes) {
+                                                                     uint32_t bm, uint32_t sched_bytes,
+                                                                     uint32_t max_stages) {
   mm_gemm_layout L;
   const uint32_t tx = stage_a + stage_b + stage_sf;
   const uint32_t fixed = 1024 /* base alignment slack */ + staging + 2 * bm * 4 + 16 + sched_bytes + 64;
   uint32_t stages = 0;
   if (fixed < MM_GEMM_SMEM_LIMIT) stages = (MM_GEMM_SMEM_LIMIT - fixed) / (tx + 16);
-  if (stages > MM_GEMM_MAX_STAGES) stages = MM_GEMM_MAX_STAGES;
+  if (stages > max_stages) stages = max_stages;
   if (stages < MM_GEMM_MIN_STAGES) stages = 0;
   const uint32_t s = stages ? stages : 1;
   L.stages = stages;
@@ -115,8 +114,9 @@ static inline __host__ __device__ mm_gemm_layout mm_gemm_layout_make(uint32_t st
 }
 
 template <class Cfg>
-static inline __host__ __device__ mm_gemm_layout mm_gemm_layout_for(uint32_t sched_bytes) {
-  return mm_gemm_layout_make(Cfg::kStageA, Cfg::kStageB, Cfg::kStageSF, Cfg::kStagingBytes, Cfg::BM, sched_bytes);
+static inline __host__ __device__ mm_gemm_layout mm_gemm_layout_for(uint32_t sched_bytes, uint32_t max_stages) {
+  return mm_gemm_layout_make(Cfg::kStageA, Cfg::kStageB, Cfg::kStageSF, Cfg::kStagingBytes, Cfg::BM, sched_bytes,
+                             max_stages);
 }
 
 #ifdef __CUDACC__

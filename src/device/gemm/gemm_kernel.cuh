@@ -90,28 +90,28 @@ struct mm_gemm_kernel_ref {
   mm_gemm_layout layout;
 };
 
-template <int BM, int BN, bool kSplitN, bool kTwoParts, int kPromo, int kOut>
-mm_gemm_kernel_ref mm_gemm_kernel_get(int num_experts) {
+template <int BM, int BN, bool kSplitN, bool kTwoParts, int kPromo, int kOut, bool kNoScale>
+mm_gemm_kernel_ref mm_gemm_kernel_get(int num_experts, int max_stages) {
   using Cfg = mm_gemm_cfg<BM, BN, kSplitN, kTwoParts, kPromo,
-                          kOut == MM_GEMM_OUT_BF16 || kOut == MM_GEMM_OUT_BF16_SCATTER>;
+                          kOut == MM_GEMM_OUT_BF16 || kOut == MM_GEMM_OUT_BF16_SCATTER, kNoScale>;
   mm_gemm_kernel_ref r;
   r.fn = reinterpret_cast<const void*>(&mm_gemm_kernel<Cfg, mm_sched_grouped, kOut>);
-  r.layout = mm_gemm_layout_for<Cfg>(mm_sched_grouped::smem_bytes(num_experts));
+  r.layout = mm_gemm_layout_for<Cfg>(mm_sched_grouped::smem_bytes(num_experts), (uint32_t)max_stages);
   return r;
 }
 
 /* One tile's lookup: out kinds whose bit is set in kOutMask are instantiated
  * for both A-scale blocks (kPromo 1: a_sf_block 128; 2: 64). Returns fn =
  * NULL for an output the tile does not have. */
-template <int BM, int BN, bool kSplitN, bool kTwoParts, unsigned kOutMask>
-mm_gemm_kernel_ref mm_gemm_tile_lookup(int a_sf_block, int out_kind, int num_experts) {
+template <int BM, int BN, bool kSplitN, bool kTwoParts, unsigned kOutMask, bool kNoScale = false>
+mm_gemm_kernel_ref mm_gemm_tile_lookup(int a_sf_block, int out_kind, int num_experts, int max_stages) {
   mm_gemm_kernel_ref none = {nullptr, {}};
   const bool p2 = a_sf_block == 64;
 #define MM_GEMM_CASE(kind)                                                                           \
   if (out_kind == kind) {                                                                            \
     if constexpr ((kOutMask >> kind) & 1u)                                                           \
-      return p2 ? mm_gemm_kernel_get<BM, BN, kSplitN, kTwoParts, 2, kind>(num_experts)               \
-                : mm_gemm_kernel_get<BM, BN, kSplitN, kTwoParts, 1, kind>(num_experts);              \
+      return p2 ? mm_gemm_kernel_get<BM, BN, kSplitN, kTwoParts, 2, kind, kNoScale>(num_experts, max_stages) \
+                : mm_gemm_kernel_get<BM, BN, kSplitN, kTwoParts, 1, kind, kNoScale>(num_experts, max_stages); \
     return none;                                                                                     \
   }
   MM_GEMM_CASE(MM_GEMM_OUT_F32)
@@ -123,11 +123,13 @@ mm_gemm_kernel_ref mm_gemm_tile_lookup(int a_sf_block, int out_kind, int num_exp
 }
 
 /* Lookups exported by the tile files (gemm_tile_*.cu). */
-mm_gemm_kernel_ref mm_gemm_lookup_128x256(int a_sf_block, int out_kind, int num_experts);
-mm_gemm_kernel_ref mm_gemm_lookup_256x128(int a_sf_block, int out_kind, int num_experts);
-mm_gemm_kernel_ref mm_gemm_lookup_128x128(int a_sf_block, int out_kind, int num_experts);
-mm_gemm_kernel_ref mm_gemm_lookup_64x256(int a_sf_block, int out_kind, int num_experts);
-mm_gemm_kernel_ref mm_gemm_lookup_128x128_1p(int a_sf_block, int out_kind, int num_experts);
+typedef mm_gemm_kernel_ref (*mm_gemm_lookup_fn)(int a_sf_block, int out_kind, int num_experts, int max_stages);
+mm_gemm_kernel_ref mm_gemm_lookup_128x256(int a_sf_block, int out_kind, int num_experts, int max_stages);
+mm_gemm_kernel_ref mm_gemm_lookup_256x128(int a_sf_block, int out_kind, int num_experts, int max_stages);
+mm_gemm_kernel_ref mm_gemm_lookup_128x128(int a_sf_block, int out_kind, int num_experts, int max_stages);
+mm_gemm_kernel_ref mm_gemm_lookup_64x256(int a_sf_block, int out_kind, int num_experts, int max_stages);
+mm_gemm_kernel_ref mm_gemm_lookup_128x128_1p(int a_sf_block, int out_kind, int num_experts, int max_stages);
+mm_gemm_kernel_ref mm_gemm_lookup_256x128_noscale(int a_sf_block, int out_kind, int num_experts, int max_stages);
 
 #define MM_GEMM_OUTS_ALL                                                                            \
   ((1u << MM_GEMM_OUT_F32) | (1u << MM_GEMM_OUT_BF16) | (1u << MM_GEMM_OUT_SWIGLU_FP8) |           \

@@ -402,13 +402,71 @@ MM_DEVICE bool mm_gemm_consume_tile_2p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   return ok;
 }
 
+/* Diagnostic (Cfg::kNoScale): every wave's chains accumulate straight into
+ * acc over all K blocks, one wgmma group per K block, the stage of block
+ * kb - 1 released once block kb's group is issued and the one before has
+ * completed (wait_group 1): the per-tensor-scaled GEMM's mainloop. */
+template <class Cfg>
+MM_DEVICE bool mm_gemm_consume_tile_noscale(const mm_gemm_smem& sm, mm_gemm_pipe& pipe, const mm_gemm_problem& p,
+                                            const mm_gemm_tile_info& ti, int wg, float (&acc)[Cfg::kWaves][64]) {
+  const int lane = threadIdx.x & 31;
+  const int kblocks = p.k / MM_GEMM_BLOCK_K;
+  const int row_w = mm_gemm_wg_row0<Cfg>(wg);
+  const int col_w = mm_gemm_wg_col0<Cfg>(wg);
+  const uint32_t a_lo0 = mm_wgmma_desc_sw128_lo(sm.a);
+  const uint32_t b_lo0 = mm_wgmma_desc_sw128_lo(sm.b);
+  bool ok = true;
+  uint32_t prev_stage = 0;
+#pragma unroll
+  for (int w = 0; w < Cfg::kWaves; ++w)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[w][i] = 0.f;
+  for (int kb = 0; kb < kblocks; ++kb) {
+    const uint32_t s = pipe.stage;
+    if (!mm_gemm_wait(sm, sm.full + 8 * s, pipe.phase, p)) ok = false;
+#pragma unroll
+    for (int w = 0; w < Cfg::kWaves; ++w)
+#pragma unroll
+      for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(acc[w][i]);
+    mm_wgmma_fence();
+#pragma unroll
+    for (int wm = 0; wm < Cfg::kWM; ++wm)
+#pragma unroll
+      for (int wn = 0; wn < Cfg::kWN; ++wn)
+#pragma unroll
+        for (int k32 = 0; k32 < 4; ++k32) {
+          const uint32_t a_lo = a_lo0 + ((s * Cfg::kStageA + (uint32_t)(row_w + 64 * wm) * 128u + 32u * k32) >> 4);
+          const uint32_t b_lo = b_lo0 + ((s * Cfg::kStageB + (uint32_t)(col_w + 128 * wn) * 128u + 32u * k32) >> 4);
+          mm_wgmma_m64n128k32_e4m3(acc[wm * Cfg::kWN + wn], mm_wgmma_desc(a_lo), mm_wgmma_desc(b_lo), 1u);
+        }
+    mm_wgmma_commit();
+#pragma unroll
+    for (int w = 0; w < Cfg::kWaves; ++w)
+#pragma unroll
+      for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(acc[w][i]);
+    mm_wgmma_wait<1>();
+    if (kb > 0 && lane == 0) mm_mbar_arrive(sm.empty + 8 * prev_stage);
+    prev_stage = s;
+    mm_gemm_pipe_advance(pipe, sm.stages);
+  }
+  mm_wgmma_wait<0>();
+#pragma unroll
+  for (int w = 0; w < Cfg::kWaves; ++w)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(acc[w][i]);
+  if (lane == 0) mm_mbar_arrive(sm.empty + 8 * prev_stage);
+  (void)ti;
+  return ok;
+}
+
 /* The mainloop of a tile for either accumulator scheme. Returns this
  * thread's view of whether every stage arrived; the kernel combines the
  * views with mm_gemm_math_vote_ok. */
 template <class Cfg>
 MM_DEVICE bool mm_gemm_consume_tile(const mm_gemm_smem& sm, mm_gemm_pipe& pipe, const mm_gemm_problem& p,
                                     const mm_gemm_tile_info& ti, int wg, float (&acc)[Cfg::kWaves][64]) {
-  if constexpr (Cfg::kTwoParts) return mm_gemm_consume_tile_2p<Cfg>(sm, pipe, p, ti, wg, acc);
+  if constexpr (Cfg::kNoScale) return mm_gemm_consume_tile_noscale<Cfg>(sm, pipe, p, ti, wg, acc);
+  else if constexpr (Cfg::kTwoParts) return mm_gemm_consume_tile_2p<Cfg>(sm, pipe, p, ti, wg, acc);
   else return mm_gemm_consume_tile_1p<Cfg>(sm, pipe, p, ti, wg, acc);
 }
 

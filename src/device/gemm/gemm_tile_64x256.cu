@@ -1,6 +1,6 @@
 /* Instantiations of the 64x256 tile (gemm/gemm.h, gemm_kernel.cuh). */
 #include "gemm/gemm_kernel.cuh"
 
-mm_gemm_kernel_ref mm_gemm_lookup_64x256(int a_sf_block, int out_kind, int num_experts) {
-  return mm_gemm_tile_lookup<64, 256, true, true, MM_GEMM_OUTS_ALL>(a_sf_block, out_kind, num_experts);
+mm_gemm_kernel_ref mm_gemm_lookup_64x256(int a_sf_block, int out_kind, int num_experts, int max_stages) {
+  return mm_gemm_tile_lookup<64, 256, true, true, MM_GEMM_OUTS_ALL>(a_sf_block, out_kind, num_experts, max_stages);
 }

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gemm/gemm.h"
@@ -75,7 +76,7 @@ struct tile_desc {
   const char* name;
   int bm, bn;
   int swiglu_g128; /* the tile holds a whole 128-column group of a-columns in one warpgroup or across both */
-  mm_gemm_kernel_ref (*lookup)(int a_sf_block, int out_kind, int num_experts);
+  mm_gemm_lookup_fn lookup;
 };
 
 const tile_desc kTiles[MM_GEMM_TILE_COUNT] = {
@@ -85,7 +86,16 @@ const tile_desc kTiles[MM_GEMM_TILE_COUNT] = {
     {"128x128", 128, 128, 0, mm_gemm_lookup_128x128},
     {"64x256", 64, 256, 1, mm_gemm_lookup_64x256},
     {"128x128-1p", 128, 128, 0, mm_gemm_lookup_128x128_1p},
+    {"256x128-noscale", 256, 128, 0, mm_gemm_lookup_256x128_noscale},
 };
+
+/* Pipeline stages at most: MM_GEMM_MAX_STAGES, or the diagnostic override
+ * MEGAMOE_GEMM_STAGES (2..8, for the benchmark's stage sweep). */
+int max_stages() {
+  const char* e = getenv("MEGAMOE_GEMM_STAGES");
+  const int v = e ? atoi(e) : 0;
+  return v >= MM_GEMM_MIN_STAGES && v <= MM_GEMM_MAX_STAGES ? v : MM_GEMM_MAX_STAGES;
+}
 
 const tile_desc* tile_of(mm_gemm_tile t) {
   return (t > MM_GEMM_TILE_AUTO && t < MM_GEMM_TILE_COUNT) ? &kTiles[t] : nullptr;
@@ -233,7 +243,7 @@ extern "C" megamoe_status mm_gemm_tile_check(mm_gemm_tile tile, int32_t out_kind
   if (num_experts < 1 || num_experts > MM_GEMM_MAX_EXPERTS)
     return mm_fail(MEGAMOE_ERR_BAD_EXPERTS, "gemm_wgmma: num_experts = %d outside [1, %d]", num_experts,
                    MM_GEMM_MAX_EXPERTS);
-  const mm_gemm_kernel_ref k = t->lookup(a_sf_block, out_kind, num_experts);
+  const mm_gemm_kernel_ref k = t->lookup(a_sf_block, out_kind, num_experts, max_stages());
   if (!k.fn)
     return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm_wgmma: tile %s has no %s output", t->name, out_name(out_kind));
   if (out_kind == MM_GEMM_OUT_SWIGLU_FP8 && swiglu_group == 128 && !t->swiglu_g128)
@@ -280,12 +290,12 @@ extern "C" megamoe_status mm_gemm_plan_make(const mm_gemm_problem* p, mm_gemm_ti
     return mm_fail(MEGAMOE_ERR_BAD_SHAPE, "gemm_wgmma: n = %d is not a multiple of the tile width %d (tile %s)", p->n,
                    t->bn, t->name);
   MM_TRY(mm_gemm_tile_check(tile, p->out_kind, p->a_sf_block, p->swiglu.group, p->num_experts, NULL));
-  const mm_gemm_kernel_ref k = t->lookup(p->a_sf_block, p->out_kind, p->num_experts);
+  const mm_gemm_kernel_ref k = t->lookup(p->a_sf_block, p->out_kind, p->num_experts, max_stages());
 
   memset(plan, 0, sizeof *plan);
   plan->problem = *p;
   plan->tile = tile;
-  plan->smem_bytes = k.layout.bytes;
+  plan->layout = k.layout;
   const int promo = p->a_sf_block == 64 ? 2 : 1;
   MM_TRY(make_map_2d(plan->maps[0], "A", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->a, (uint64_t)p->k, (uint64_t)p->rows_cap,
                      (uint64_t)p->k, MM_GEMM_BLOCK_K, (uint32_t)t->bm, CU_TENSOR_MAP_SWIZZLE_128B));
@@ -318,18 +328,18 @@ extern "C" megamoe_status mm_gemm_plan_launch(const mm_gemm_plan* plan, cudaStre
   const tile_desc* t = tile_of(plan->tile);
   if (!t) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm plan: tile %d (not made by mm_gemm_plan_make)", (int)plan->tile);
   const mm_gemm_problem* p = &plan->problem;
-  const mm_gemm_kernel_ref k = t->lookup(p->a_sf_block, p->out_kind, p->num_experts);
-  if (!k.fn || k.layout.bytes != plan->smem_bytes)
-    return mm_fail(MEGAMOE_ERR_INTERNAL, "gemm plan: kernel lookup disagrees with the plan (tile %s)", t->name);
-  mm_gemm_layout layout = k.layout;
+  /* The kernel of the plan (the layout travels with the plan). */
+  const mm_gemm_kernel_ref k = t->lookup(p->a_sf_block, p->out_kind, p->num_experts, MM_GEMM_MAX_STAGES);
+  if (!k.fn) return mm_fail(MEGAMOE_ERR_INTERNAL, "gemm plan: no kernel for tile %s", t->name);
+  mm_gemm_layout layout = plan->layout;
   mm_gemm_problem problem = *p;
   void* args[6] = {(void*)plan->maps[0], (void*)plan->maps[1], (void*)plan->maps[2], (void*)plan->maps[3],
                    (void*)&problem, (void*)&layout};
   cudaError_t err = cudaLaunchKernel(k.fn, dim3((unsigned)plan->grid), dim3(MM_GEMM_THREADS), args,
-                                     plan->smem_bytes, stream);
+                                     layout.bytes, stream);
   if (err != cudaSuccess)
     return mm_fail(MEGAMOE_ERR_CUDA, "gemm_wgmma: launch (tile %s, grid %d, smem %u): %s", t->name, plan->grid,
-                   plan->smem_bytes, cudaGetErrorString(err));
+                   layout.bytes, cudaGetErrorString(err));
   return MEGAMOE_OK;
 }
 
