@@ -506,13 +506,10 @@ mm_test_result t_cta_publish(void) {
   return MM_TEST_PASS;
 }
 
-mm_test_result t_control_publish_without_cta_barrier(void) {
-  const long bad = run_cta_publish<false>(1, 4);
-  CHECK_MSG(bad != -1, "the planted run failed to run");
-  printf("    planted release without the CTA barrier: %ld stale values caught\n", bad);
-  CHECK_MSG(bad > 0, "the data check did not catch a release without the CTA barrier");
-  return MM_TEST_PASS;
-}
+/* No control test for a release without the CTA barrier: on the H200 the
+ * other warps' stores reached L2 before the release in every planted run
+ * (0 stale values in 4 x 256 rounds), so such a test could not fail; the
+ * recipe (comm/wait.cuh) follows the PTX memory model instead. */
 
 /* ---- 6. TMA (bulk copy) reads rows that warps wrote ----------------------------
  * Producer CTA: 4 warps write round r's 8 rows of 512 bytes with st.global,
@@ -618,6 +615,5 @@ extern "C" const mm_test mm_comm_gpu_tests[] = {
     {"comm: TMA bulk load of rows warps wrote, after the proxy fence", t_tma_after_proxy_fence},
     {"comm control: a release before the data is caught", t_control_early_release},
     {"comm control: a missing grid barrier is caught", t_control_no_grid_barrier},
-    {"comm control: a release without the CTA barrier is caught", t_control_publish_without_cta_barrier},
     {NULL, NULL},
 };

@@ -106,15 +106,16 @@ static int et_good_forward(const mm_rank_ctx* ctx, et_env* env, const char* what
 
 /* What a failed forward must show on every rank: the bad rank `want` (from
  * megamoe_sync, repeated with `bad_text` in the message), the peers
- * MEGAMOE_ERR_PEER_FAILED naming the bad rank and `want`; the error word the
- * same; y untouched. */
+ * MEGAMOE_ERR_PEER_FAILED naming the bad rank and `want`; `word`, the error
+ * word as that forward left it (read right after it: a later forward
+ * overwrites the word), the same; y untouched. */
 static int et_expect_failed(const mm_rank_ctx* ctx, et_env* env, megamoe_status sync_st, const char* sync_msg,
-                            megamoe_status want, const char* bad_text, const void* y, int64_t n, const char* what) {
+                            megamoe_status want, const char* bad_text, const void* y, int64_t n, int32_t word,
+                            const char* what) {
   int bad = 0;
   char name[64], peer_text[32];
   status_name(want, name, sizeof name);
   snprintf(peer_text, sizeof peer_text, "peer rank %d", env->bad_rank);
-  const int32_t word = read_word(env->layer);
   if (ctx->rank == env->bad_rank) {
     EXPECT(sync_st == want, "%s: sync gave %s, want %s: %s", what, megamoe_status_string(sync_st), name, sync_msg);
     EXPECT(!bad_text || strstr(sync_msg, bad_text), "%s: sync message lacks \"%s\": %s", what, bad_text, sync_msg);
@@ -174,7 +175,8 @@ static mm_test_result et_reject(const mm_rank_ctx* ctx, reject_kind kind, megamo
   const megamoe_status st2 = megamoe_sync(env.layer, ctx->stream);
   char sync_msg[1024];
   snprintf(sync_msg, sizeof sync_msg, "%s", megamoe_last_error());
-  bad |= et_expect_failed(ctx, &env, st2, sync_msg, want, arg, env.g.y, T * H, "rejected forward");
+  bad |= et_expect_failed(ctx, &env, st2, sync_msg, want, arg, env.g.y, T * H, read_word(env.layer),
+                          "rejected forward");
   /* The error is reported once: the next sync is clean. */
   EXPECT(megamoe_sync(env.layer, ctx->stream) == MEGAMOE_OK, "second sync: %s", megamoe_last_error());
   if (kind == REJECT_WEIGHTS_NOT_READY && me_bad && !env.setup_bad) {
@@ -262,7 +264,8 @@ static mm_test_result t_device_error_then_right(const mm_rank_ctx* ctx) {
   snprintf(msg, sizeof msg, "%s", megamoe_last_error());
   char where[64];
   snprintf(where, sizeof where, "topk_idx[%d][%d]", slot / (int)K, slot % (int)K);
-  bad |= et_expect_failed(ctx, &env, st, msg, MEGAMOE_ERR_BAD_TOPK_INDEX, where, y1, T * H, "forward n");
+  bad |= et_expect_failed(ctx, &env, st, msg, MEGAMOE_ERR_BAD_TOPK_INDEX, where, y1, T * H, words ? words[0] : -1,
+                          "forward n");
   if (words) {
     EXPECT(words[0] == (me_bad ? MEGAMOE_ERR_BAD_TOPK_INDEX : MEGAMOE_ERR_PEER_FAILED), "word after forward n: %d",
            words[0]);
@@ -314,7 +317,8 @@ static mm_test_result t_peer_error_back_to_back(const mm_rank_ctx* ctx) {
     const megamoe_status st = megamoe_sync(env.layer, ctx->stream);
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", megamoe_last_error());
-    bad |= et_expect_failed(ctx, &env, st, msg, MEGAMOE_ERR_NULL_POINTER, "args->x", y1, T * H, "forward n");
+    bad |= et_expect_failed(ctx, &env, st, msg, MEGAMOE_ERR_NULL_POINTER, "args->x", y1, T * H,
+                            words ? words[0] : -1, "forward n");
     if (words) {
       EXPECT(words[0] == (me_bad ? MEGAMOE_ERR_NULL_POINTER : MEGAMOE_ERR_PEER_FAILED), "round %d word n: %d", round,
              words[0]);
@@ -475,7 +479,8 @@ static mm_test_result t_pool_overflow(const mm_rank_ctx* ctx) {
   char msg[1024], text[64];
   snprintf(msg, sizeof msg, "%s", megamoe_last_error());
   snprintf(text, sizeof text, "expert %d (local %d)", expert, expert % El);
-  bad |= et_expect_failed(ctx, &env, st, msg, MEGAMOE_ERR_TOO_MANY_TOKENS, text, y, Tmax * H, "overflow");
+  bad |= et_expect_failed(ctx, &env, st, msg, MEGAMOE_ERR_TOO_MANY_TOKENS, text, y, Tmax * H, read_word(env.layer),
+                          "overflow");
   if (ctx->rank == env.bad_rank) {
     char rank_text[48];
     snprintf(rank_text, sizeof rank_text, "pool of rank %d overflowed", env.bad_rank);

@@ -70,6 +70,7 @@ typedef enum mm_gemm_tile {
    * output by design), bf16 only: the tensor pipe's ceiling with this
    * pipeline, for the benchmark. */
   MM_GEMM_TILE_256x128_NOSCALE = 6,
+  MM_GEMM_TILE_128x128_NOSCALE = 7, /* the same for the 128x128 tile's feed */
   MM_GEMM_TILE_COUNT
 } mm_gemm_tile;
 
