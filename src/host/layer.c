@@ -7,6 +7,7 @@
 #include "device/gemm/gemm.h"
 #include "device/comm/peers.h"
 #include "device/weights.h"
+#include "plan.h"
 #include "staged_forward.h"
 #include "device_status.h"
 #include "errors.h"
@@ -39,6 +40,7 @@ struct megamoe_layer {
    * sync (megamoe_sync repeats it when it reports that forward). */
   char reject_message[512];
   mm_gemm_engine engine;
+  mm_plan plan;          /* GEMM problems and plans, made when the weights are set */
   mm_layer_view view;
 };
 
@@ -227,6 +229,9 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
       st = mm_fail(MEGAMOE_ERR_UNSUPPORTED_DEVICE, "device %d has compute capability %d.x, need 9.0 (Hopper)",
                    l->device, major);
   }
+  /* Every GEMM tile the arm can pick fits this device: a config create
+   * accepts never fails at forward. */
+  if (st == MEGAMOE_OK) st = mm_plan_check(config, num_ranks);
   if (st == MEGAMOE_OK) st = mm_lsa_team_size(comm, &lsa);
   if (st == MEGAMOE_OK && lsa != num_ranks)
     st = mm_fail(MEGAMOE_ERR_NO_PEER_ACCESS,
@@ -356,6 +361,7 @@ megamoe_status megamoe_prepare_weights(megamoe_layer* l, const megamoe_weights* 
   l->w2 = w2;
   l->w2_sf = w2_sf;
   l->weights_mode = MEGAMOE_WEIGHTS_COPY;
+  MM_TRY(mm_plan_make(&l->plan, &l->config, &l->view, (int)l->engine, l->w1p, l->w1p_sf, l->w2, l->w2_sf));
   l->weights_ready = 1;
   return MEGAMOE_OK;
 }
@@ -393,6 +399,7 @@ megamoe_status megamoe_prepare_weights_in_place(megamoe_layer* l, void* w1, cons
   l->w2 = (const uint8_t*)w2;
   l->w2_sf = w2_sf;
   l->weights_mode = MEGAMOE_WEIGHTS_IN_PLACE;
+  MM_TRY(mm_plan_make(&l->plan, &l->config, &l->view, (int)l->engine, l->w1p, l->w1p_sf, l->w2, l->w2_sf));
   l->weights_ready = 1;
   return MEGAMOE_OK;
 }
@@ -444,8 +451,8 @@ static megamoe_status check_forward(const megamoe_layer* l, const megamoe_forwar
 
 /* Enqueues the arm's forward for view f (an empty one when f carries an
  * injected error). */
-static megamoe_status run_arm(megamoe_layer* l, const mm_forward_view* f, cudaStream_t stream) {
-  return mm_staged_forward(&l->view, f, l->w1p, l->w1p_sf, l->w2, l->w2_sf, (int)l->engine, stream);
+static megamoe_status run_arm(megamoe_layer* l, const mm_forward_view* f, mm_regime regime, cudaStream_t stream) {
+  return mm_staged_forward(&l->view, f, l->plan.gemm[regime], stream);
 }
 
 megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
@@ -474,7 +481,7 @@ megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
     snprintf(message, sizeof message, "%s", megamoe_last_error());
     if (l->reject_message[0] == '\0') snprintf(l->reject_message, sizeof l->reject_message, "%s", message);
     f.injected_error = (int32_t)rejected;
-    megamoe_status run = run_arm(l, &f, stream);
+    megamoe_status run = run_arm(l, &f, MM_REGIME_DECODE, stream);
     if (run != MEGAMOE_OK)
       return mm_fail(rejected, "%s (and the empty forward that keeps the peers in step failed to enqueue: %s)",
                      message, megamoe_last_error());
@@ -485,7 +492,8 @@ megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
   f.topk_w = a->topk_w;
   f.num_tokens = (int32_t)a->num_tokens;
   f.y = (uint16_t*)a->y;
-  megamoe_status run = run_arm(l, &f, stream);
+  const mm_regime regime = mm_plan_regime(&l->config, l->num_ranks, a->num_tokens, a->num_tokens_bound);
+  megamoe_status run = run_arm(l, &f, regime, stream);
   if (run != MEGAMOE_OK && l->reject_message[0] == '\0')
     snprintf(l->reject_message, sizeof l->reject_message, "%s", megamoe_last_error());
   return run;

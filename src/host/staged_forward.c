@@ -11,13 +11,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "device/gemm/gemm.h"
 #include "device/staged/staged.h"
 #include "errors.h"
 
-megamoe_status mm_staged_forward(const mm_layer_view* L, const mm_forward_view* F,
-                                 const uint8_t* w1p, const float* w1p_sf, const uint8_t* w2,
-                                 const float* w2_sf, int engine, cudaStream_t stream) {
+megamoe_status mm_staged_forward(const mm_layer_view* L, const mm_forward_view* F, const mm_arm_gemm* gemms,
+                                 cudaStream_t stream) {
   const int empty = F->injected_error != 0;
   megamoe_status gemm_st = MEGAMOE_OK;
   char gemm_msg[512] = "";
@@ -26,30 +24,12 @@ megamoe_status mm_staged_forward(const mm_layer_view* L, const mm_forward_view* 
   mm_pool_layout_launch(L, stream);
   if (!empty) {
     mm_dispatch_launch(L, stream);
-
-    /* L1: pool x W1p^T -> fp32 [P, 2I]. */
-    mm_gemm_problem l1 = mm_gemm_problem_make(
-        L->ws + L->offset[MM_WS_POOL_X], (const float*)(L->ws + L->offset[MM_WS_POOL_X_SF]), MM_SCALE_BLOCK, w1p,
-        w1p_sf, MM_W1_INTERLEAVE, (const int32_t*)(L->ws + L->offset[MM_WS_POOL_OFFSET]),
-        (const int32_t*)(L->ws + L->offset[MM_WS_POOL_COUNT]), L->local_experts, L->pool_rows, 2 * L->intermediate,
-        L->hidden);
-    l1.status = (mm_device_status*)(L->ws + L->offset[MM_WS_STATUS]);
-    l1.timeout_ns = L->timeout_ns;
-    l1.out_kind = MM_GEMM_OUT_F32;
-    l1.d = L->ws + L->offset[MM_WS_L1_ACC];
-    gemm_st = mm_gemm_run((mm_gemm_engine)engine, &l1, stream);
+    /* L1: pool x W1p^T -> fp32 [P, 2I]; SwiGLU + quantization; L2:
+     * quantized L1 output x W2^T -> bf16 [P, H]. */
+    gemm_st = mm_arm_gemm_run(&gemms[0], stream);
     if (gemm_st == MEGAMOE_OK) {
       mm_swiglu_quant_launch(L, stream);
-      /* L2: quantized L1 output x W2^T -> bf16 [P, H]. */
-      mm_gemm_problem l2 = mm_gemm_problem_make(
-          L->ws + L->offset[MM_WS_L1_OUT], (const float*)(L->ws + L->offset[MM_WS_L1_OUT_SF]), L->quant_group, w2,
-          w2_sf, MM_SCALE_BLOCK, l1.expert_offset, l1.expert_count, L->local_experts, L->pool_rows, L->hidden,
-          L->intermediate);
-      l2.status = l1.status;
-      l2.timeout_ns = L->timeout_ns;
-      l2.out_kind = MM_GEMM_OUT_BF16;
-      l2.d = L->ws + L->offset[MM_WS_L2_OUT];
-      gemm_st = mm_gemm_run((mm_gemm_engine)engine, &l2, stream);
+      gemm_st = mm_arm_gemm_run(&gemms[1], stream);
     }
     if (gemm_st != MEGAMOE_OK) {
       /* Keep the ranks in step: the device records the failure, the

@@ -6,10 +6,11 @@
 
 #include "contract.h"
 #include "megamoe.h"
+#include "plan.h"
 
-/* The staged forward, all kernels enqueued on stream. engine: mm_gemm_engine. */
-megamoe_status mm_staged_forward(const mm_layer_view* layer, const mm_forward_view* fwd,
-                                 const uint8_t* w1p, const float* w1p_sf, const uint8_t* w2,
-                                 const float* w2_sf, int engine, cudaStream_t stream);
+/* The staged forward, all kernels enqueued on stream; gemms: the arm's two
+ * GEMMs of the call's regime (L1 fp32, L2 bf16), planned. */
+megamoe_status mm_staged_forward(const mm_layer_view* layer, const mm_forward_view* fwd, const mm_arm_gemm* gemms,
+                                 cudaStream_t stream);
 
 #endif

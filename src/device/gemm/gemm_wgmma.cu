@@ -266,19 +266,20 @@ extern "C" megamoe_status mm_gemm_tile_check(mm_gemm_tile tile, int32_t out_kind
   return MEGAMOE_OK;
 }
 
+/* Measured on the H200 (docs/PERF.md, engine v2): at 64 rows per expert
+ * the 64-row tile wastes the least tensor work and streams the weights the
+ * same (144 us against 149-178 at M 256, N = K = 4096); at 512 and 2048 rows
+ * per expert 256x128 is the fastest bf16 tile (1145-1196 TFLOP/s at
+ * M 65536 against 1073-1136 for the one-wave tiles and 1025-1078 for
+ * 128x256). The SwiGLU epilogue needs a warpgroup-held group of 128
+ * a-columns (64x256, which measured ahead of 128x256 in bf16) or takes the
+ * one-wave 128x128 for G = 64. */
 extern "C" mm_gemm_tile mm_gemm_pick_tile(const mm_gemm_problem* p, int64_t rows_per_expert) {
   if (rows_per_expert <= 0) rows_per_expert = p->num_experts > 0 ? (int64_t)p->rows_cap / p->num_experts : 0;
-  /* Decode sizes (<= 128 rows per expert): the 64-row tile wastes the least
-   * tensor work and streams the weights the same. */
-  if (rows_per_expert <= 128 && p->n % 256 == 0) return MM_GEMM_TILE_64x256;
-  if (p->out_kind == MM_GEMM_OUT_SWIGLU_FP8) {
-    if (p->swiglu.group == 128) return p->n % 256 == 0 ? MM_GEMM_TILE_128x256 : MM_GEMM_TILE_64x256;
-    return MM_GEMM_TILE_128x128;
-  }
-  /* bf16 output with larger pools: the TMA-store epilogue measured best on
-   * the H200 (docs/PERF.md). */
-  if (p->out_kind == MM_GEMM_OUT_BF16 || p->out_kind == MM_GEMM_OUT_BF16_SCATTER) return MM_GEMM_TILE_256x128;
-  return p->n % 256 == 0 ? MM_GEMM_TILE_128x256 : MM_GEMM_TILE_256x128;
+  if (p->out_kind == MM_GEMM_OUT_SWIGLU_FP8)
+    return p->swiglu.group == 128 || rows_per_expert <= 128 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
+  if (rows_per_expert <= 128) return p->n % 256 == 0 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
+  return MM_GEMM_TILE_256x128;
 }
 
 extern "C" megamoe_status mm_gemm_plan_make(const mm_gemm_problem* p, mm_gemm_tile tile, mm_gemm_plan* plan) {

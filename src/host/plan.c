@@ -1,0 +1,92 @@
+/* The layer's plan (plan.h). */
+#include "plan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "errors.h"
+
+/* Rows per expert standing for each regime when the tile is picked. */
+static const int64_t kRegimeRows[MM_REGIME_COUNT] = {64, 4096};
+
+/* The arm's GEMM problems without the weight pointers (mm_plan_make sets
+ * them); with v == NULL, shapes and outputs only (what the tile check needs). */
+static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int local_experts, int64_t pool_rows,
+                        mm_gemm_problem* out) {
+  uint8_t* ws = v ? v->ws : NULL;
+  const uint64_t* off = v ? v->offset : NULL;
+#define WS(id) (ws ? (void*)(ws + off[id]) : NULL)
+  /* Staged arm: L1 pool x W1p^T -> fp32, L2 quantized L1 output x W2^T -> bf16. */
+  mm_gemm_problem l1 = mm_gemm_problem_make((const uint8_t*)WS(MM_WS_POOL_X), (const float*)WS(MM_WS_POOL_X_SF),
+                                            MM_SCALE_BLOCK, NULL, NULL, MM_W1_INTERLEAVE, (const int32_t*)WS(MM_WS_POOL_OFFSET),
+                                            (const int32_t*)WS(MM_WS_POOL_COUNT), local_experts, (int32_t)pool_rows,
+                                            (int32_t)(2 * c->intermediate), (int32_t)c->hidden);
+  l1.out_kind = MM_GEMM_OUT_F32;
+  l1.d = WS(MM_WS_L1_ACC);
+  mm_gemm_problem l2 = mm_gemm_problem_make((const uint8_t*)WS(MM_WS_L1_OUT), (const float*)WS(MM_WS_L1_OUT_SF),
+                                            c->quant_group, NULL, NULL, MM_SCALE_BLOCK, l1.expert_offset, l1.expert_count, local_experts,
+                                            (int32_t)pool_rows, (int32_t)c->hidden, (int32_t)c->intermediate);
+  l2.out_kind = MM_GEMM_OUT_BF16;
+  l2.d = WS(MM_WS_L2_OUT);
+#undef WS
+  if (v) {
+    l1.status = l2.status = (mm_device_status*)(v->ws + v->offset[MM_WS_STATUS]);
+    l1.timeout_ns = l2.timeout_ns = v->timeout_ns;
+  }
+  out[0] = l1;
+  out[1] = l2;
+  return 2;
+}
+
+megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
+  const int El = c->num_experts / num_ranks;
+  mm_gemm_problem p[MM_ARM_MAX_GEMMS];
+  const int n = arm_problems(c, NULL, El, MM_POOL_ROW_ALIGN * (int64_t)El, p);
+  for (int r = 0; r < MM_REGIME_COUNT; ++r)
+    for (int g = 0; g < n; ++g) {
+      const mm_gemm_tile tile = mm_gemm_pick_tile(&p[g], kRegimeRows[r]);
+      megamoe_status st = mm_gemm_tile_check(tile, p[g].out_kind, p[g].a_sf_block, p[g].swiglu.group, El, NULL);
+      if (st != MEGAMOE_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", megamoe_last_error());
+        return mm_fail(st, "config: GEMM %d of the %s arm cannot run here: %s", g + 1, megamoe_arm_name(c->arm), msg);
+      }
+    }
+  return MEGAMOE_OK;
+}
+
+megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_layer_view* v, int engine,
+                            const uint8_t* w1p, const float* w1p_sf, const uint8_t* w2, const float* w2_sf) {
+  memset(plan, 0, sizeof *plan);
+  mm_gemm_problem p[MM_ARM_MAX_GEMMS];
+  const int n = arm_problems(c, v, v->local_experts, v->pool_rows, p);
+  p[0].b = w1p;
+  p[0].b_sf = w1p_sf;
+  p[1].b = w2;
+  p[1].b_sf = w2_sf;
+  for (int r = 0; r < MM_REGIME_COUNT; ++r)
+    for (int g = 0; g < n; ++g) {
+      mm_arm_gemm* a = &plan->gemm[r][g];
+      a->problem = p[g];
+      a->engine = engine;
+      if (engine == MM_GEMM_ENGINE_WGMMA) {
+        MM_TRY(mm_gemm_plan_make(&p[g], mm_gemm_pick_tile(&p[g], kRegimeRows[r]), &a->plan));
+      } else {
+        MM_TRY(mm_gemm_check(&p[g]));
+      }
+    }
+  plan->num_gemms = n;
+  plan->ready = 1;
+  return MEGAMOE_OK;
+}
+
+mm_regime mm_plan_regime(const megamoe_config* c, int num_ranks, int64_t num_tokens, int64_t bound) {
+  const int64_t t = bound > 0 ? bound : num_tokens;
+  /* Uniform routing: R * t * K slots over E experts. */
+  const int64_t rows = (num_ranks * t * (int64_t)c->top_k + c->num_experts - 1) / c->num_experts;
+  return rows <= MM_DECODE_ROWS_PER_EXPERT ? MM_REGIME_DECODE : MM_REGIME_LARGE;
+}
+
+megamoe_status mm_arm_gemm_run(const mm_arm_gemm* g, cudaStream_t stream) {
+  return g->engine == MM_GEMM_ENGINE_WGMMA ? mm_gemm_plan_launch(&g->plan, stream) : mm_gemm_simple(&g->problem, stream);
+}

@@ -1,0 +1,59 @@
+/* The layer's plan: what is decided once instead of per call.
+ *
+ * At create (mm_plan_check): every GEMM tile the arm can pick is checked
+ * against the device's shared memory for this config, so any config that
+ * create accepts runs. When the weights are set (mm_plan_make): the GEMM
+ * problems of the arm and, on the wgmma engine, their plans (tile, tensor
+ * maps, shared-memory layout) for each tile regime. Per call
+ * (mm_plan_select): the regime from the call's token bound (or its T), so a
+ * decode call on a layer sized for 8192 tokens takes the decode tile; a
+ * forward then only launches. */
+#ifndef MEGAMOE_PLAN_H
+#define MEGAMOE_PLAN_H
+
+#include <stdint.h>
+
+#include "contract.h"
+#include "device/gemm/gemm.h"
+#include "megamoe.h"
+
+/* Tile regimes: the decode tile where an expert holds few rows, the large
+ * tiles above. */
+typedef enum mm_regime { MM_REGIME_DECODE = 0, MM_REGIME_LARGE = 1, MM_REGIME_COUNT } mm_regime;
+
+/* Rows per expert up to which the decode regime is picked (bench-gemm,
+ * docs/PERF.md: the 64-row tile wins at 64 rows per expert, the large
+ * tiles from 512). */
+#define MM_DECODE_ROWS_PER_EXPERT 128
+
+/* The GEMMs of an arm, in order. */
+#define MM_ARM_MAX_GEMMS 2
+
+/* One GEMM of an arm: the problem (both engines) and its plan (wgmma). */
+typedef struct mm_arm_gemm {
+  mm_gemm_problem problem;
+  mm_gemm_plan plan;
+  int engine; /* mm_gemm_engine */
+} mm_arm_gemm;
+
+typedef struct mm_plan {
+  int ready;
+  int num_gemms;
+  mm_arm_gemm gemm[MM_REGIME_COUNT][MM_ARM_MAX_GEMMS];
+} mm_plan;
+
+/* Create-time check of every tile the arm of `config` can pick. */
+megamoe_status mm_plan_check(const megamoe_config* config, int num_ranks);
+
+/* The GEMM problems and plans of the arm, for the weights given. */
+megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* config, const mm_layer_view* view, int engine,
+                            const uint8_t* w1p, const float* w1p_sf, const uint8_t* w2, const float* w2_sf);
+
+/* The regime of a call: rows per local expert estimated from the bound (or
+ * T when the bound is 0) under uniform routing. */
+mm_regime mm_plan_regime(const megamoe_config* config, int num_ranks, int64_t num_tokens, int64_t bound);
+
+/* Launches GEMM g of the arm in regime r. */
+megamoe_status mm_arm_gemm_run(const mm_arm_gemm* g, cudaStream_t stream);
+
+#endif
