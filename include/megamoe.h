@@ -167,11 +167,16 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
                               megamoe_layer** layer_out);
 
 /* Collective. Frees everything (windows deregistered before their memory is
- * freed). NULL is accepted. The communicator stays the caller's. After a
- * MEGAMOE_ERR_TIMEOUT caused by a peer that died, abort the communicator
- * (ncclCommAbort) first: the collective deregistration then fails at once
- * instead of waiting for the dead peer, and the local memory is still freed. */
+ * freed). NULL is accepted. The communicator stays the caller's. Every rank
+ * must call it: the window deregistration waits for all of them. */
 megamoe_status megamoe_destroy(megamoe_layer* layer);
+
+/* Not collective: frees this rank's layer without the collective window
+ * deregistration, for when a peer process died (its forwards end in
+ * MEGAMOE_ERR_TIMEOUT and a collective call would wait for it forever). The
+ * registration stays with the communicator: abort it next (ncclCommAbort),
+ * and do not call megamoe_destroy on this layer. NULL is accepted. */
+megamoe_status megamoe_abandon(megamoe_layer* layer);
 
 /* Weights of this rank's E_l experts, in the checkpoint layout of DESIGN.md
  * section 1, as device pointers:

@@ -107,9 +107,9 @@ static mm_gemm_engine engine_from_env(void) {
 /* Frees what exists; safe on a partly created layer. Deregistering is
  * collective, so on a partly created layer it only runs when every rank got
  * as far (the window flag is set after the all-rank agreement). */
-static megamoe_status release(megamoe_layer* l) {
+static megamoe_status release(megamoe_layer* l, int collective) {
   megamoe_status st = MEGAMOE_OK;
-  if (l->window_registered) {
+  if (l->window_registered && collective) {
     ncclResult_t r = ncclCommWindowDeregister(l->comm, l->window);
     if (r != ncclSuccess)
       st = mm_fail(MEGAMOE_ERR_NCCL, "ncclCommWindowDeregister: %s", ncclGetErrorString(r));
@@ -263,7 +263,7 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
   if (agreed != MEGAMOE_OK) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", megamoe_last_error());
-    release(l);
+    release(l, 1);
     return mm_fail(agreed, "%s", msg);
   }
 
@@ -277,7 +277,7 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
   ncclResult_t r = ncclCommWindowRegister(comm, l->symmetric, l->layout.symmetric_bytes, &l->window,
                                           NCCL_WIN_COLL_SYMMETRIC);
   if (r != ncclSuccess) {
-    release(l);
+    release(l, 1);
     return mm_fail(MEGAMOE_ERR_NCCL, "ncclCommWindowRegister: %s", ncclGetErrorString(r));
   }
   l->window_registered = 1;
@@ -285,7 +285,7 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
   if (st != MEGAMOE_OK) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", megamoe_last_error());
-    release(l);
+    release(l, 1);
     return mm_fail(st, "%s", msg);
   }
   build_view(l, peers);
@@ -293,11 +293,22 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
   return MEGAMOE_OK;
 }
 
+megamoe_status megamoe_abandon(megamoe_layer* layer) {
+  mm_clear_error();
+  if (!layer) return MEGAMOE_OK;
+  /* The kernels end by their deadlines; wait for them before freeing what they use. */
+  cudaError_t e = cudaDeviceSynchronize();
+  megamoe_status st = release(layer, 0);
+  if (st == MEGAMOE_OK && e != cudaSuccess)
+    st = mm_fail(MEGAMOE_ERR_CUDA, "cudaDeviceSynchronize before abandon: %s", cudaGetErrorString(e));
+  return st;
+}
+
 megamoe_status megamoe_destroy(megamoe_layer* layer) {
   mm_clear_error();
   if (!layer) return MEGAMOE_OK;
   cudaError_t e = cudaDeviceSynchronize();
-  megamoe_status st = release(layer);
+  megamoe_status st = release(layer, 1);
   if (st == MEGAMOE_OK && e != cudaSuccess)
     st = mm_fail(MEGAMOE_ERR_CUDA, "cudaDeviceSynchronize before destroy: %s", cudaGetErrorString(e));
   return st;
