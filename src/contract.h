@@ -32,7 +32,7 @@ typedef enum mm_region_id {
   MM_SYM_INPUT_X_SF,     /* [T_max, H/128] fp32 */
   MM_SYM_ROUTE_COUNTS,   /* [R][E_l] i32: rows source rank s routes to each local expert */
   MM_SYM_ROUTE_ENTRIES,  /* [R][T_max*K] mm_route_entry, written by source rank s */
-  MM_SYM_COMBINE,        /* [K][T_max][H] bf16: expert outputs pushed back to this source rank */
+  MM_SYM_COMBINE,        /* [T_max * K][H] bf16: expert outputs pushed back to this source rank, row t * K + k */
   /* workspace */
   MM_WS_STATUS,          /* mm_device_status */
   MM_WS_EPOCH,           /* u64 number of the forward in progress (1 for the first), counted on
@@ -52,6 +52,7 @@ typedef enum mm_region_id {
   MM_WS_L1_OUT_SF,       /* [I/G][P] fp32 */
   MM_WS_L2_OUT,          /* [P, H] bf16 (staged arm: L2 output before the combine push) */
   MM_WS_GRID_BARRIER,    /* mm_grid_barrier_state of the in-kernel grid barrier (persistent arms) */
+  MM_WS_READY,           /* [P / MM_READY_BLOCK_ROWS] i32 rows pulled per pool block (split arm's L1 wait) */
   MM_REGION_COUNT
 } mm_region_id;
 

@@ -8,6 +8,7 @@
 #include "device/comm/peers.h"
 #include "device/weights.h"
 #include "plan.h"
+#include "split_forward.h"
 #include "staged_forward.h"
 #include "device_status.h"
 #include "errors.h"
@@ -191,6 +192,26 @@ static void build_view(megamoe_layer* l, uint8_t** peers) {
   v->fill_blocks = 4 * sms;
 }
 
+/* The last local step of create: the plan, with the workspace standing in
+ * for the weights until megamoe_prepare_weights sets them (an empty forward,
+ * which every rank runs when one rejects its arguments, launches the arm's
+ * kernels but reads no weights). A failure here is local and cannot happen
+ * on one rank only (same config, same device kind, checked before the
+ * agreement): the layer is released on every rank alike. */
+static megamoe_status finish_create(megamoe_layer* l, megamoe_layer** layer_out) {
+  const uint8_t* stand_in = (const uint8_t*)l->workspace;
+  megamoe_status st = mm_plan_make(&l->plan, &l->config, &l->view, (int)l->engine, stand_in,
+                                   (const float*)stand_in, stand_in, (const float*)stand_in);
+  if (st != MEGAMOE_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", megamoe_last_error());
+    release(l, 1);
+    return mm_fail(st, "%s", msg);
+  }
+  *layer_out = l;
+  return MEGAMOE_OK;
+}
+
 megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
                               megamoe_layer** layer_out) {
   mm_clear_error();
@@ -203,8 +224,8 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
   NCCL_TRY(ncclCommUserRank(comm, &rank));
   /* Config errors are the same on every rank (same config): return at once. */
   MM_TRY(megamoe_check_config(config, num_ranks));
-  if (config->arm != MEGAMOE_ARM_STAGED)
-    return mm_fail(MEGAMOE_ERR_NOT_IMPLEMENTED, "arm = %s: only the staged arm exists yet",
+  if (config->arm == MEGAMOE_ARM_FUSED)
+    return mm_fail(MEGAMOE_ERR_NOT_IMPLEMENTED, "arm = %s: not built yet (staged and split exist)",
                    megamoe_arm_name(config->arm));
 
   megamoe_layer* l = (megamoe_layer*)calloc(1, sizeof *l);
@@ -271,8 +292,7 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
   if (num_ranks == 1) {
     peers[0] = (uint8_t*)l->symmetric;
     build_view(l, peers);
-    *layer_out = l;
-    return MEGAMOE_OK;
+    return finish_create(l, layer_out);
   }
   ncclResult_t r = ncclCommWindowRegister(comm, l->symmetric, l->layout.symmetric_bytes, &l->window,
                                           NCCL_WIN_COLL_SYMMETRIC);
@@ -289,8 +309,7 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
     return mm_fail(st, "%s", msg);
   }
   build_view(l, peers);
-  *layer_out = l;
-  return MEGAMOE_OK;
+  return finish_create(l, layer_out);
 }
 
 megamoe_status megamoe_abandon(megamoe_layer* layer) {
@@ -463,6 +482,7 @@ static megamoe_status check_forward(const megamoe_layer* l, const megamoe_forwar
 /* Enqueues the arm's forward for view f (an empty one when f carries an
  * injected error). */
 static megamoe_status run_arm(megamoe_layer* l, const mm_forward_view* f, mm_regime regime, cudaStream_t stream) {
+  if (l->config.arm == MEGAMOE_ARM_SPLIT) return mm_split_forward(&l->view, f, l->plan.gemm[regime], stream);
   return mm_staged_forward(&l->view, f, l->plan.gemm[regime], stream);
 }
 

@@ -80,6 +80,7 @@ static const char* const region_names[MM_REGION_COUNT] = {
     [MM_WS_L1_OUT_SF] = "l1_out_sf",
     [MM_WS_L2_OUT] = "l2_out",
     [MM_WS_GRID_BARRIER] = "grid_barrier",
+    [MM_WS_READY] = "rows_ready",
 };
 
 megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layout* out) {
@@ -125,6 +126,7 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   bytes[MM_WS_L1_OUT_SF] = mul(&s, mul(&s, P, I / G), 4);
   bytes[MM_WS_L2_OUT] = staged ? mul(&s, mul(&s, P, H), 2) : 0;
   bytes[MM_WS_GRID_BARRIER] = sizeof(mm_grid_barrier_state);
+  bytes[MM_WS_READY] = staged ? 0 : mul(&s, P / MM_READY_BLOCK_ROWS, 4);
 
   memset(out, 0, sizeof *out);
   out->num_ranks = num_ranks;

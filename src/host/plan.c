@@ -4,30 +4,54 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "device/split/split.h"
 #include "errors.h"
 
 /* Rows per expert standing for each regime when the tile is picked. */
 static const int64_t kRegimeRows[MM_REGIME_COUNT] = {64, 4096};
 
 /* The arm's GEMM problems without the weight pointers (mm_plan_make sets
- * them); with v == NULL, shapes and outputs only (what the tile check needs). */
+ * them); with v == NULL, shapes and outputs only (what the tile check needs).
+ *   staged: L1 pool x W1p^T -> fp32; L2 quantized L1 output x W2^T -> bf16.
+ *   split:  L1 with the SwiGLU + quantization epilogue and the rows-ready
+ *           wait (the pull runs beside it); L2 with the scatter epilogue into
+ *           every rank's combine buffer. */
 static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int local_experts, int64_t pool_rows,
                         mm_gemm_problem* out) {
   uint8_t* ws = v ? v->ws : NULL;
   const uint64_t* off = v ? v->offset : NULL;
 #define WS(id) (ws ? (void*)(ws + off[id]) : NULL)
-  /* Staged arm: L1 pool x W1p^T -> fp32, L2 quantized L1 output x W2^T -> bf16. */
+  const int split = c->arm == MEGAMOE_ARM_SPLIT;
   mm_gemm_problem l1 = mm_gemm_problem_make((const uint8_t*)WS(MM_WS_POOL_X), (const float*)WS(MM_WS_POOL_X_SF),
-                                            MM_SCALE_BLOCK, NULL, NULL, MM_W1_INTERLEAVE, (const int32_t*)WS(MM_WS_POOL_OFFSET),
+                                            MM_SCALE_BLOCK, NULL, NULL, MM_W1_INTERLEAVE,
+                                            (const int32_t*)WS(MM_WS_POOL_OFFSET),
                                             (const int32_t*)WS(MM_WS_POOL_COUNT), local_experts, (int32_t)pool_rows,
                                             (int32_t)(2 * c->intermediate), (int32_t)c->hidden);
-  l1.out_kind = MM_GEMM_OUT_F32;
-  l1.d = WS(MM_WS_L1_ACC);
   mm_gemm_problem l2 = mm_gemm_problem_make((const uint8_t*)WS(MM_WS_L1_OUT), (const float*)WS(MM_WS_L1_OUT_SF),
-                                            c->quant_group, NULL, NULL, MM_SCALE_BLOCK, l1.expert_offset, l1.expert_count, local_experts,
-                                            (int32_t)pool_rows, (int32_t)c->hidden, (int32_t)c->intermediate);
-  l2.out_kind = MM_GEMM_OUT_BF16;
-  l2.d = WS(MM_WS_L2_OUT);
+                                            c->quant_group, NULL, NULL, MM_SCALE_BLOCK, l1.expert_offset,
+                                            l1.expert_count, local_experts, (int32_t)pool_rows, (int32_t)c->hidden,
+                                            (int32_t)c->intermediate);
+  if (split) {
+    l1.out_kind = MM_GEMM_OUT_SWIGLU_FP8;
+    l1.swiglu.row_weight = (const float*)WS(MM_WS_POOL_WEIGHT);
+    l1.swiglu.group = c->quant_group;
+    l1.swiglu.has_clamp = c->has_swiglu_clamp;
+    l1.swiglu.clamp = c->swiglu_clamp;
+    l1.swiglu.out = (uint8_t*)WS(MM_WS_L1_OUT);
+    l1.swiglu.out_sf = (float*)WS(MM_WS_L1_OUT_SF);
+    l1.ready.counters = (const int32_t*)WS(MM_WS_READY);
+    l1.ready.base = 0;
+    l1.ready.per_row = 1;
+    l2.out_kind = MM_GEMM_OUT_BF16_SCATTER;
+    l2.scatter.rows = (const mm_pool_row*)WS(MM_WS_POOL_ROWS);
+    if (v)
+      for (int r = 0; r < v->num_ranks; ++r) l2.scatter.dst_base[r] = v->peer_sym[r] + v->offset[MM_SYM_COMBINE];
+  } else {
+    l1.out_kind = MM_GEMM_OUT_F32;
+    l1.d = WS(MM_WS_L1_ACC);
+    l2.out_kind = MM_GEMM_OUT_BF16;
+    l2.d = WS(MM_WS_L2_OUT);
+  }
 #undef WS
   if (v) {
     l1.status = l2.status = (mm_device_status*)(v->ws + v->offset[MM_WS_STATUS]);
@@ -64,6 +88,9 @@ megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_lay
   p[0].b_sf = w1p_sf;
   p[1].b = w2;
   p[1].b_sf = w2_sf;
+  /* The split arm's kernels are built on the wgmma engine (the simple engine
+   * is the staged arm's oracle and has no hooks). */
+  if (c->arm != MEGAMOE_ARM_STAGED) engine = MM_GEMM_ENGINE_WGMMA;
   for (int r = 0; r < MM_REGIME_COUNT; ++r)
     for (int g = 0; g < n; ++g) {
       mm_arm_gemm* a = &plan->gemm[r][g];
@@ -75,6 +102,8 @@ megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_lay
         MM_TRY(mm_gemm_check(&p[g]));
       }
     }
+  if (c->arm == MEGAMOE_ARM_SPLIT)
+    for (int r = 0; r < MM_REGIME_COUNT; ++r) MM_TRY(mm_split_check(&plan->gemm[r][0].plan, &plan->gemm[r][1].plan));
   plan->num_gemms = n;
   plan->ready = 1;
   return MEGAMOE_OK;

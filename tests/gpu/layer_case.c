@@ -15,6 +15,7 @@ lc_case lc_make(const mm_rank_ctx* ctx, int64_t H, int64_t I, int E, int K, int6
   memset(&c, 0, sizeof c);
   c.cfg = megamoe_config_make(H, I, E, K, T > 0 ? T : 1);
   c.cfg.timeout_s = 20.0;
+  c.cfg.arm = mm_test_arm();
   for (int r = 0; r < ctx->num_ranks; ++r) c.tokens[r] = T;
   c.seed = ctx->seed * 1000003u + salt;
   return c;

@@ -132,8 +132,9 @@ static int count_all(const char* filter) {
   int n = 0;
   for (const mm_test* t = mm_gemm_gpu_tests; t->name; ++t) n += !filter || strstr(t->name, filter);
   for (const mm_test* t = mm_comm_gpu_tests; t->name; ++t) n += !filter || strstr(t->name, filter);
-  for (const mm_rank_test* t = mm_layer_tests; t->name; ++t) n += !filter || strstr(t->name, filter);
-  for (const mm_rank_test* t = mm_error_tests; t->name; ++t) n += !filter || strstr(t->name, filter);
+  /* Layer tests in 3 variants, error tests in 2, at up to 3 rank counts (as main runs them). */
+  for (const mm_rank_test* t = mm_layer_tests; t->name; ++t) n += 3 * 2 * (!filter || strstr(t->name, filter));
+  for (const mm_rank_test* t = mm_error_tests; t->name; ++t) n += 2 * 2 * (!filter || strstr(t->name, filter));
   return n;
 }
 
@@ -166,34 +167,33 @@ int main(int argc, char** argv) {
   } else {
     nrc = gpus > 2 ? 3 : 2;
   }
-  /* The error protocol, once per rank count, on the default GEMM engine. */
-  for (int i = 0; i < nrc; ++i) {
-    const int r = rank_counts[i];
-    char label[64];
-    snprintf(label, sizeof label, "EP%d", r);
-    suite_run s = {label, NULL, mm_error_tests, filter, seed + 7919u * (uint64_t)r, -1};
-    if (r < 1 || r > gpus) {
-      printf("[SKIP] %s errors: needs %d GPUs, %d visible\n", label, r, gpus);
-      for (const mm_rank_test* t = mm_error_tests; t->name; ++t) counts.skipped += matches(&s, t->name);
-      continue;
-    }
-    run_suite(&s, r, &counts);
-  }
-
-  const char* engines[2] = {"simple", "wgmma"};
-  for (int e = 0; e < 2; ++e) {
-    setenv("MEGAMOE_GEMM", engines[e], 1);
-    for (int i = 0; i < nrc; ++i) {
-      const int r = rank_counts[i];
-      char label[64];
-      snprintf(label, sizeof label, "EP%d %s", r, engines[e]);
-      suite_run s = {label, NULL, mm_layer_tests, filter, seed + (uint64_t)r, -1};
-      if (r < 1 || r > gpus) {
-        printf("[SKIP] %s: needs %d GPUs, %d visible\n", label, r, gpus);
-        for (const mm_rank_test* t = mm_layer_tests; t->name; ++t) counts.skipped += matches(&s, t->name);
-        continue;
+  /* Every layer variant: the staged arm on both GEMM engines (the simple one
+   * is the oracle), the split arm (on the wgmma engine it is built on). The
+   * error protocol on each arm, once per rank count. */
+  struct variant {
+    const char* engine;
+    const char* arm;
+    const char* label;
+    int errors; /* also run the error-protocol suite */
+  } variants[] = {{"simple", "staged", "simple", 0}, {"wgmma", "staged", "wgmma", 1}, {"wgmma", "split", "split", 1}};
+  for (size_t v = 0; v < sizeof variants / sizeof variants[0]; ++v) {
+    setenv("MEGAMOE_GEMM", variants[v].engine, 1);
+    setenv("MEGAMOE_TEST_ARM", variants[v].arm, 1);
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1 && !variants[v].errors) continue;
+      const mm_rank_test* suite = pass == 0 ? mm_layer_tests : mm_error_tests;
+      for (int i = 0; i < nrc; ++i) {
+        const int r = rank_counts[i];
+        char label[64];
+        snprintf(label, sizeof label, "EP%d %s", r, variants[v].label);
+        suite_run s = {label, NULL, suite, filter, seed + (uint64_t)r + (pass ? 7919u * (uint64_t)r : 0u), -1};
+        if (r < 1 || r > gpus) {
+          printf("[SKIP] %s: needs %d GPUs, %d visible\n", label, r, gpus);
+          for (const mm_rank_test* t = suite; t->name; ++t) counts.skipped += matches(&s, t->name);
+          continue;
+        }
+        run_suite(&s, r, &counts);
       }
-      run_suite(&s, r, &counts);
     }
   }
   mm_test_print_summary(&counts);

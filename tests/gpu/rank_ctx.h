@@ -19,6 +19,15 @@ typedef struct mm_rank_test {
   int min_ranks; /* skipped below this many ranks */
 } mm_rank_test;
 
+/* The arm the layer tests build their configs with: MEGAMOE_TEST_ARM
+ * ("staged" when unset; the runner sets it per suite run). */
+static inline megamoe_arm mm_test_arm(void) {
+  const char* a = getenv("MEGAMOE_TEST_ARM");
+  if (a && strcmp(a, "split") == 0) return MEGAMOE_ARM_SPLIT;
+  if (a && strcmp(a, "fused") == 0) return MEGAMOE_ARM_FUSED;
+  return MEGAMOE_ARM_STAGED;
+}
+
 /* tests/gpu/test_layer.c */
 extern const mm_rank_test mm_layer_tests[];
 

@@ -361,6 +361,7 @@ static lt_case lt_make(const mm_rank_ctx* ctx, int64_t H, int64_t I, int E, int 
   memset(&c, 0, sizeof c);
   c.cfg = megamoe_config_make(H, I, E, K, T > 0 ? T : 1);
   c.cfg.timeout_s = 30.0;
+  c.cfg.arm = mm_test_arm();
   for (int r = 0; r < ctx->num_ranks; ++r) c.tokens[r] = T;
   c.one_expert = -1;
   c.one_rank = -1;
@@ -843,6 +844,7 @@ static mm_test_result t_bad_topk_index(const mm_rank_ctx* ctx) {
  * so nobody waits), and of create. */
 static mm_test_result t_bad_arguments(const mm_rank_ctx* ctx) {
   megamoe_config cfg = megamoe_config_make(256, 256, EXPERTS(ctx, 2), 2, 16);
+  cfg.arm = mm_test_arm();
   megamoe_layer* layer = NULL;
   megamoe_config wrong = cfg;
   wrong.hidden = 200;

@@ -160,7 +160,9 @@ const mm_test unit_suite_config[] = {
 
 /* Regions the arm does not use (0 bytes); every other region must be sized. */
 static int region_unused(mm_region_id id, megamoe_arm arm) {
-  return (id == MM_WS_L1_ACC || id == MM_WS_L2_OUT) && arm != MEGAMOE_ARM_STAGED;
+  if (id == MM_WS_L1_ACC || id == MM_WS_L2_OUT) return arm != MEGAMOE_ARM_STAGED; /* staged only */
+  if (id == MM_WS_READY) return arm == MEGAMOE_ARM_STAGED;                         /* split and fused */
+  return 0;
 }
 
 static mm_test_result check_layout(const megamoe_config* c, int ranks) {

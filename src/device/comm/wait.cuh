@@ -47,6 +47,12 @@ MM_DEVICE int32_t mm_ld_relaxed_gpu_s32(const int32_t* p) {
   return v;
 }
 
+MM_DEVICE float mm_ld_relaxed_gpu_f32(const float* p) {
+  float v;
+  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+
 MM_DEVICE void mm_red_release_gpu_add_s32(int32_t* p, int32_t v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }

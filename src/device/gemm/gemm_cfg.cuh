@@ -94,7 +94,8 @@ static inline __host__ __device__ mm_gemm_layout mm_gemm_layout_make(uint32_t st
                                                                      uint32_t max_stages) {
   mm_gemm_layout L;
   const uint32_t tx = stage_a + stage_b + stage_sf;
-  const uint32_t fixed = 1024 /* base alignment slack */ + staging + 2 * bm * 4 + 16 + sched_bytes + 64;
+  const uint32_t fixed = 1024 /* base alignment slack */ + staging + 2 * bm * 4 + 16 + sched_bytes +
+                         256 /* static shared memory of device helpers (grid barrier) */;
   uint32_t stages = 0;
   if (fixed < MM_GEMM_SMEM_LIMIT) stages = (MM_GEMM_SMEM_LIMIT - fixed) / (tx + 16);
   if (stages > max_stages) stages = max_stages;
@@ -130,6 +131,7 @@ struct mm_gemm_smem {
   uint32_t stages;
   const float* sf_ptr;      /* generic pointer to the SF stages */
   const uint8_t* d_ptr;     /* generic pointer to the staging area */
+  uint8_t* a_ptr;           /* generic pointer to stage 0 of A (an arm's scratch before the pipeline starts) */
   float* xwg;               /* [2][BM] */
   volatile int32_t* abort;  /* non-zero: a role gave up */
   uint8_t* sched;           /* the scheduler's arrays */
@@ -150,6 +152,7 @@ MM_DEVICE mm_gemm_smem mm_gemm_smem_carve(uint8_t* raw, const mm_gemm_layout& L)
   sm.stages = L.stages;
   sm.sf_ptr = reinterpret_cast<const float*>(base + L.off_sf);
   sm.d_ptr = base;
+  sm.a_ptr = base + L.off_a;
   sm.xwg = reinterpret_cast<float*>(base + L.off_xwg);
   sm.abort = reinterpret_cast<volatile int32_t*>(base + L.off_abort);
   sm.sched = base + L.off_sched;

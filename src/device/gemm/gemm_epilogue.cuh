@@ -20,6 +20,7 @@
 
 #include <cuda.h>
 
+#include "comm/wait.cuh"
 #include "common.cuh"
 #include "gemm/gemm_cfg.cuh"
 #include "gemm/gemm_mainloop.cuh"
@@ -171,8 +172,9 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
     const int r0 = mm_gemm_frag_row<Cfg>(wg, wm);
     const bool ok0 = r0 < ti.rows, ok1 = r0 + 8 < ti.rows;
     const int64_t grow = (int64_t)ti.out_row0 + r0;
-    const float w0 = ok0 ? q.row_weight[grow] : 0.f;
-    const float w1 = ok1 ? q.row_weight[grow + 8] : 0.f;
+    /* Coherent loads: the split arm's pull writes the weights in this kernel. */
+    const float w0 = ok0 ? mm_ld_relaxed_gpu_f32(q.row_weight + grow) : 0.f;
+    const float w1 = ok1 ? mm_ld_relaxed_gpu_f32(q.row_weight + grow + 8) : 0.f;
     float amax[Cfg::kWN][2];
 #pragma unroll
     for (int wn = 0; wn < Cfg::kWN; ++wn) {

@@ -3,61 +3,36 @@
  * its metadata and routing weight from the entry the source published here.
  * Padding rows are zeroed so the GEMMs never read uninitialized memory. */
 #include "comm/barrier.cuh"
+#include "route/route.cuh"
 #include "staged/staged.h"
 #include "view.cuh"
 
 __global__ void __launch_bounds__(256) mm_dispatch_kernel(mm_layer_view L) {
   extern __shared__ int32_t s_offset[]; /* [E_l + 1] pool offsets */
-  const int El = L.local_experts, R = L.num_ranks, H = L.hidden, K = L.top_k;
+  const int El = L.local_experts, H = L.hidden;
   const int32_t* pool_offset = mm_ws<int32_t>(L, MM_WS_POOL_OFFSET);
   for (int i = threadIdx.x; i <= El; i += blockDim.x) s_offset[i] = pool_offset[i];
   __syncthreads();
   if (mm_failed(mm_status(L))) return;
-
   const int32_t* pool_count = mm_ws<int32_t>(L, MM_WS_POOL_COUNT);
-  const int32_t* route_base = mm_ws<int32_t>(L, MM_WS_ROUTE_BASE);
-  const int32_t* src_start = mm_ws<int32_t>(L, MM_WS_POOL_SRC_START);
-  const mm_route_entry* entries = mm_sym<mm_route_entry>(L, L.rank, MM_SYM_ROUTE_ENTRIES);
-  mm_pool_row* rows = mm_ws<mm_pool_row>(L, MM_WS_POOL_ROWS);
-  float* weights = mm_ws<float>(L, MM_WS_POOL_WEIGHT);
-  uint8_t* pool_x = mm_ws<uint8_t>(L, MM_WS_POOL_X);
-  float* pool_x_sf = mm_ws<float>(L, MM_WS_POOL_X_SF);
   const int64_t P = L.pool_rows;
   const int sf_cols = H / MM_SCALE_BLOCK;
   const int lane = threadIdx.x & 31;
   const int warps = blockDim.x / 32;
   const int total = s_offset[El];
-
   for (int r = blockIdx.x * warps + threadIdx.x / 32; r < total; r += gridDim.x * warps) {
-    int lo = 0, hi = El - 1; /* last expert whose range starts at or before r */
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (s_offset[mid] <= r) lo = mid; else hi = mid - 1;
-    }
-    const int le = lo;
-    uint8_t* dst = pool_x + (int64_t)r * H;
-    if (r - s_offset[le] >= pool_count[le]) { /* padding row */
-      for (int i = lane; i < H / 16; i += 32) reinterpret_cast<uint4*>(dst)[i] = make_uint4(0, 0, 0, 0);
-      for (int i = lane; i < sf_cols; i += 32) pool_x_sf[i * P + r] = 0.f;
-      if (lane == 0) {
-        rows[r] = mm_pool_row{-1, -1};
-        weights[r] = 0.f;
-      }
+    const int le = mm_pool_expert_of(s_offset, El, r);
+    if (r - s_offset[le] < pool_count[le]) {
+      mm_pull_row(L, r, le);
       continue;
     }
-    int src = R - 1; /* last source whose rows start at or before r */
-    while (src > 0 && src_start[le * R + src] > r) --src;
-    const int j = r - src_start[le * R + src];
-    const mm_route_entry entry =
-        entries[(int64_t)src * L.max_tokens * K + route_base[src * El + le] + j];
-    const int t = entry.token_slot / K;
-    const uint8_t* x_src = mm_sym<uint8_t>(L, src, MM_SYM_INPUT_X) + (int64_t)t * H;
-    const float* sf_src = mm_sym<float>(L, src, MM_SYM_INPUT_X_SF) + (int64_t)t * sf_cols;
-    mm_warp_copy16(dst, x_src, H);
-    for (int i = lane; i < sf_cols; i += 32) pool_x_sf[i * P + r] = sf_src[i];
+    /* A padding row: zeros, so the GEMMs never read uninitialized memory. */
+    uint8_t* dst = mm_ws<uint8_t>(L, MM_WS_POOL_X) + (int64_t)r * H;
+    for (int i = lane; i < H / 16; i += 32) reinterpret_cast<uint4*>(dst)[i] = make_uint4(0, 0, 0, 0);
+    for (int i = lane; i < sf_cols; i += 32) mm_ws<float>(L, MM_WS_POOL_X_SF)[i * P + r] = 0.f;
     if (lane == 0) {
-      rows[r] = mm_pool_row{src, entry.token_slot};
-      weights[r] = entry.weight;
+      mm_ws<mm_pool_row>(L, MM_WS_POOL_ROWS)[r] = mm_pool_row{-1, -1};
+      mm_ws<float>(L, MM_WS_POOL_WEIGHT)[r] = 0.f;
     }
   }
 }

@@ -1,0 +1,225 @@
+/* Routing, pool layout, dispatch pull and the combine reduction as device
+ * functions: the staged arm calls them from its kernels (one CTA per item),
+ * the split arm from its persistent kernels (CTA-strided). One
+ * implementation, so the arms build the same pool in the same order and stay
+ * bitwise equal.
+ *
+ * The order that makes the layer deterministic: a source rank publishes, per
+ * global expert, its routed (token, slot) pairs in (token, slot) order; the
+ * expert rank's pool holds each local expert's rows at a multiple of
+ * MM_POOL_ROW_ALIGN, sources in rank order, each source's rows in its
+ * published order. */
+#ifndef MEGAMOE_ROUTE_CUH
+#define MEGAMOE_ROUTE_CUH
+
+#include "comm/wait.cuh"
+#include "common.cuh"
+#include "view.cuh"
+
+/* Slots [lo, hi) of this CTA's thread `tid` when `n` items are cut in
+ * blockDim.x contiguous chunks. */
+MM_DEVICE void mm_cta_chunk(int64_t n, int64_t* lo, int64_t* hi) {
+  const int64_t chunk = (n + blockDim.x - 1) / blockDim.x;
+  *lo = min(n, (int64_t)threadIdx.x * chunk);
+  *hi = min(n, *lo + chunk);
+}
+
+/* Validates top-k slots [lo, hi): records MEGAMOE_ERR_BAD_TOPK_INDEX for an
+ * index outside [-1, E). Any threads. */
+MM_DEVICE void mm_route_validate(const mm_layer_view& L, const mm_forward_view& F, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const int32_t v = mm_topk_at(F, i);
+    if (v < -1 || v >= L.num_experts)
+      mm_record_error(mm_status(L), MEGAMOE_ERR_BAD_TOPK_INDEX, MM_SITE_ROUTE, -1, (int)i, (uint64_t)(int64_t)v, 0);
+  }
+}
+
+/* The calling CTA counts the slots routed to global expert e and writes the
+ * count to MM_WS_EXPERT_TOKENS[e]. All threads; scratch: 32 ints of shared
+ * memory. */
+MM_DEVICE void mm_route_count_expert(const mm_layer_view& L, const mm_forward_view& F, int e, int* scratch) {
+  int64_t lo, hi;
+  mm_cta_chunk((int64_t)F.num_tokens * L.top_k, &lo, &hi);
+  int count = 0;
+  for (int64_t i = lo; i < hi; ++i) count += mm_topk_at(F, i) == e;
+  int total;
+  mm_block_exclusive_scan(count, scratch, &total);
+  if (threadIdx.x == 0) mm_ws<int32_t>(L, MM_WS_EXPERT_TOKENS)[e] = total;
+}
+
+/* The calling CTA publishes expert e into its rank d = e / E_l: the count at
+ * route_counts[me][e % E_l] and the entries at route_entries[me][base + j]
+ * (base: the slots of d's earlier local experts), in (token, slot) order.
+ * After an error of this forward (`failed`) it publishes a zero count, so no
+ * peer pulls anything (the error travels with the barrier flag). Every
+ * thread scans a contiguous chunk of the slots twice (count, then write at
+ * its prefix). All threads; scratch: 32 ints + 1. */
+MM_DEVICE void mm_route_publish_expert(const mm_layer_view& L, const mm_forward_view& F, int e, bool failed,
+                                       int* scratch) {
+  const int dest = e / L.local_experts, le = e % L.local_experts;
+  const int32_t* counts = mm_ws<int32_t>(L, MM_WS_EXPERT_TOKENS);
+  if (threadIdx.x == 0) {
+    int base = 0;
+    for (int j = dest * L.local_experts; j < e; ++j) base += counts[j];
+    scratch[32] = base;
+    mm_sym<int32_t>(L, dest, MM_SYM_ROUTE_COUNTS)[L.rank * L.local_experts + le] = failed ? 0 : counts[e];
+  }
+  __syncthreads();
+  const int base = scratch[32];
+  __syncthreads();
+  if (failed) return;
+  mm_route_entry* entries =
+      mm_sym<mm_route_entry>(L, dest, MM_SYM_ROUTE_ENTRIES) + (int64_t)L.rank * L.max_tokens * L.top_k;
+  int64_t lo, hi;
+  mm_cta_chunk((int64_t)F.num_tokens * L.top_k, &lo, &hi);
+  int count = 0;
+  for (int64_t i = lo; i < hi; ++i) count += mm_topk_at(F, i) == e;
+  int total;
+  int pos = base + mm_block_exclusive_scan(count, scratch, &total);
+  for (int64_t i = lo; i < hi && count > 0; ++i)
+    if (mm_topk_at(F, i) == e) {
+      mm_route_entry entry;
+      entry.token_slot = (int32_t)i;
+      entry.weight = F.topk_w[i];
+      entries[pos++] = entry;
+      --count;
+    }
+}
+
+/* Pool layout from every source's published counts, by ONE CTA (any
+ * blockDim, multiple of 32; E_l up to MEGAMOE_MAX_LOCAL_EXPERTS): expert le's
+ * rows start at pool_offset[le] (a multiple of MM_POOL_ROW_ALIGN), sources in
+ * rank order inside it (pool_src_start), and the per-(source, expert) entry
+ * bases (route_base). After an error of this forward, an empty pool. A pool
+ * that does not fit L.pool_rows (config pool_imbalance) records
+ * MEGAMOE_ERR_TOO_MANY_TOKENS naming the first expert that does not fit and
+ * leaves an empty pool: nothing is written past it. Each thread takes a
+ * contiguous chunk of experts. scratch: 32 ints. */
+MM_DEVICE void mm_pool_layout_cta(const mm_layer_view& L, int* scratch) {
+  mm_device_status* st = mm_status(L);
+  const bool failed = mm_failed(st);
+  const int El = L.local_experts, R = L.num_ranks;
+  const int32_t* route_counts = mm_sym<int32_t>(L, L.rank, MM_SYM_ROUTE_COUNTS);
+  int32_t* pool_offset = mm_ws<int32_t>(L, MM_WS_POOL_OFFSET);
+  int32_t* pool_count = mm_ws<int32_t>(L, MM_WS_POOL_COUNT);
+  int32_t* route_base = mm_ws<int32_t>(L, MM_WS_ROUTE_BASE);
+  int32_t* src_start = mm_ws<int32_t>(L, MM_WS_POOL_SRC_START);
+  int64_t lo, hi;
+  mm_cta_chunk(El, &lo, &hi);
+
+  /* Padded rows of this thread's experts, then their offsets. */
+  int padded_sum = 0;
+  for (int64_t le = lo; le < hi; ++le) {
+    int rows = 0;
+    if (!failed)
+      for (int s = 0; s < R; ++s) rows += route_counts[s * El + le];
+    padded_sum += (rows + MM_POOL_ROW_ALIGN - 1) / MM_POOL_ROW_ALIGN * MM_POOL_ROW_ALIGN;
+  }
+  int total;
+  int offset = mm_block_exclusive_scan(padded_sum, scratch, &total);
+  const bool overflow = total > L.pool_rows;
+  for (int64_t le = lo; le < hi; ++le) {
+    int rows = 0;
+    if (!failed)
+      for (int s = 0; s < R; ++s) rows += route_counts[s * El + le];
+    const int padded = (rows + MM_POOL_ROW_ALIGN - 1) / MM_POOL_ROW_ALIGN * MM_POOL_ROW_ALIGN;
+    if (overflow && offset <= L.pool_rows && offset + padded > L.pool_rows)
+      mm_record_error(st, MEGAMOE_ERR_TOO_MANY_TOKENS, MM_SITE_POOL, -1, L.rank * El + (int)le, (uint64_t)total,
+                      (uint64_t)L.pool_rows);
+    pool_offset[le] = overflow ? 0 : offset;
+    pool_count[le] = overflow ? 0 : rows;
+    int start = offset;
+    for (int s = 0; s < R; ++s) {
+      src_start[le * R + s] = start;
+      start += failed ? 0 : route_counts[s * El + le];
+    }
+    offset += padded;
+  }
+  if (threadIdx.x == 0) pool_offset[El] = overflow ? 0 : total;
+  /* Entry base of (source s, local expert le) inside s's list: prefix over le. */
+  for (int s = 0; s < R; ++s) {
+    int sum = 0;
+    for (int64_t le = lo; le < hi; ++le) sum += failed ? 0 : route_counts[s * El + le];
+    int all;
+    int base = mm_block_exclusive_scan(sum, scratch, &all);
+    for (int64_t le = lo; le < hi; ++le) {
+      route_base[s * El + le] = base;
+      base += failed ? 0 : route_counts[s * El + le];
+    }
+  }
+}
+
+/* Pool row r, the j-th valid row of local expert le (j < pool_count[le]), by
+ * one warp: finds its source and entry, copies the token's x row (over
+ * NVLink for a peer) and scales into the pool, and writes the row's metadata
+ * and routing weight. */
+MM_DEVICE void mm_pull_row(const mm_layer_view& L, int r, int le) {
+  const int El = L.local_experts, R = L.num_ranks, H = L.hidden, K = L.top_k;
+  const int lane = threadIdx.x & 31;
+  const int32_t* route_base = mm_ws<int32_t>(L, MM_WS_ROUTE_BASE);
+  const int32_t* src_start = mm_ws<int32_t>(L, MM_WS_POOL_SRC_START);
+  int src = R - 1; /* last source whose rows start at or before r */
+  while (src > 0 && src_start[le * R + src] > r) --src;
+  const int j = r - src_start[le * R + src];
+  const mm_route_entry entry = mm_sym<mm_route_entry>(L, L.rank, MM_SYM_ROUTE_ENTRIES)
+      [(int64_t)src * L.max_tokens * K + route_base[src * El + le] + j];
+  const int t = entry.token_slot / K;
+  const int sf_cols = H / MM_SCALE_BLOCK;
+  const uint8_t* x_src = mm_sym<uint8_t>(L, src, MM_SYM_INPUT_X) + (int64_t)t * H;
+  const float* sf_src = mm_sym<float>(L, src, MM_SYM_INPUT_X_SF) + (int64_t)t * sf_cols;
+  mm_warp_copy16(mm_ws<uint8_t>(L, MM_WS_POOL_X) + (int64_t)r * H, x_src, H);
+  float* pool_x_sf = mm_ws<float>(L, MM_WS_POOL_X_SF);
+  for (int i = lane; i < sf_cols; i += 32) pool_x_sf[(int64_t)i * L.pool_rows + r] = sf_src[i];
+  if (lane == 0) {
+    mm_ws<mm_pool_row>(L, MM_WS_POOL_ROWS)[r] = mm_pool_row{src, entry.token_slot};
+    mm_ws<float>(L, MM_WS_POOL_WEIGHT)[r] = entry.weight;
+  }
+}
+
+/* The local expert whose pool range holds row r (pool_offset: E_l + 1
+ * ascending offsets, in shared or global memory). */
+MM_DEVICE int mm_pool_expert_of(const int32_t* pool_offset, int El, int r) {
+  int lo = 0, hi = El - 1; /* last expert whose range starts at or before r */
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (pool_offset[mid] <= r) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/* Combine buffer row of (token t, slot k): [T_max * K][H], token-major, so a
+ * token's K rows are contiguous and an expert row lands at its token_slot. */
+MM_DEVICE const uint16_t* mm_combine_row(const mm_layer_view& L, int64_t token_slot) {
+  return mm_sym<uint16_t>(L, L.rank, MM_SYM_COMBINE) + token_slot * L.hidden;
+}
+
+/* y[t] = bf16(sum over unmasked k, in order k = 0..K-1, of fp32(combine[t][k]))
+ * for this CTA's share of the tokens: warps of the CTA take tokens strided by
+ * the grid, 8 columns (16 bytes) per lane per step. `warp`, `warps`: the
+ * calling warp's index among the CTA's participating warps. */
+MM_DEVICE void mm_reduce_tokens(const mm_layer_view& L, const mm_forward_view& F, int warp, int warps) {
+  const int H = L.hidden, K = L.top_k;
+  const int lane = threadIdx.x & 31;
+  for (int t = blockIdx.x * warps + warp; t < F.num_tokens; t += gridDim.x * warps) {
+    uint32_t live = 0; /* bit k: slot k is routed */
+    for (int k = 0; k < K; ++k) live |= (uint32_t)(mm_topk_at(F, (int64_t)t * K + k) >= 0) << k;
+    for (int c = lane * 8; c < H; c += 32 * 8) {
+      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      for (int k = 0; k < K; ++k) {
+        if (!(live >> k & 1)) continue;
+        const uint4 v = *reinterpret_cast<const uint4*>(mm_combine_row(L, (int64_t)t * K + k) + c);
+        const uint16_t* b = reinterpret_cast<const uint16_t*>(&v);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] += mm_bf16_to_float(b[i]);
+      }
+      uint4 o;
+      uint16_t* ob = reinterpret_cast<uint16_t*>(&o);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ob[i] = mm_float_to_bf16(acc[i]);
+      *reinterpret_cast<uint4*>(F.y + (int64_t)t * H + c) = o;
+    }
+  }
+}
+
+#endif

@@ -1,0 +1,200 @@
+/* The two kernels of the split arm (split.h) and their launch. */
+#ifndef MEGAMOE_SPLIT_KERNELS_CUH
+#define MEGAMOE_SPLIT_KERNELS_CUH
+
+#include <cuda.h>
+
+#include "comm/barrier.cuh"
+#include "comm/forward.cuh"
+#include "comm/grid.cuh"
+#include "comm/wait.cuh"
+#include "gemm/gemm_kernel.cuh"
+#include "route/route.cuh"
+#include "split/split.h"
+#include "view.cuh"
+
+/* Warps of the producer warpgroup that pull rows (warp 8 issues the TMA loads). */
+#define MM_SPLIT_PULL_WARP0 9
+#define MM_SPLIT_PULL_WARPS 3
+/* Registers of the producer warpgroup in kernel 1, whose pull warps copy rows
+ * (232 x 256 math + 48 x 128 = the whole 64K register file). */
+#define MM_SPLIT_PULL_REGS 48
+/* Registers of every warp once the roles are done (the tail the whole CTA runs). */
+#define MM_SPLIT_TAIL_REGS 168
+
+MM_DEVICE mm_wait_ctx mm_split_grid_ctx(const mm_layer_view& L) {
+  mm_wait_ctx c;
+  c.status = mm_status(L);
+  c.timeout_ns = L.timeout_ns;
+  c.site = MM_SITE_GRID_BARRIER;
+  c.abort_flag = nullptr;
+  return c;
+}
+
+/* Phases A-C of kernel 1: routing published, the all-rank barrier, the pool
+ * layout, each phase closed by a grid barrier. False when a grid barrier
+ * gave up (deadline): the caller leaves. scratch: >= 33 ints of shared memory. */
+MM_DEVICE bool mm_split_route(const mm_layer_view& L, const mm_forward_view& F, int* scratch) {
+  mm_device_status* st = mm_status(L);
+  mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
+  const mm_wait_ctx gctx = mm_split_grid_ctx(L);
+  const int nthreads = blockDim.x;
+  /* A: start (one thread, before anything reads the record: the others read
+   * it only after the first grid barrier), validation, counts, counters. */
+  if (blockIdx.x == 0 && threadIdx.x == 0) mm_forward_start(st, F.injected_error);
+  const int64_t slots = (int64_t)F.num_tokens * L.top_k;
+  for (int64_t i = (int64_t)blockIdx.x * nthreads + threadIdx.x; i < slots; i += (int64_t)gridDim.x * nthreads)
+    mm_route_validate(L, F, i, i + 1);
+  for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_count_expert(L, F, e, scratch);
+  int32_t* ready = mm_ws<int32_t>(L, MM_WS_READY);
+  for (int i = blockIdx.x * nthreads + threadIdx.x; i < L.pool_rows / MM_READY_BLOCK_ROWS; i += gridDim.x * nthreads)
+    ready[i] = 0;
+  if (!mm_grid_barrier(gb, gctx)) return false;
+  /* B: publish (every CTA sees the same `failed`: the errors of phase A
+   * precede the grid barrier). */
+  const bool failed = mm_failed(st);
+  for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_publish_expert(L, F, e, failed, scratch);
+  if (!mm_grid_barrier(gb, gctx)) return false;
+  /* C: the routing of every rank is published here once barrier 0 passes. */
+  if (blockIdx.x == 0) {
+    if (threadIdx.x < 32)
+      mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 0), MM_SITE_BARRIER_DISPATCH);
+    __syncthreads();
+    mm_pool_layout_cta(L, scratch);
+  }
+  return mm_grid_barrier(gb, gctx);
+}
+
+/* Kernel 1: routing, then the L1 GEMM while the pull runs (split.h). */
+template <class Cfg>
+__global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
+    mm_split_l1_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                       const __grid_constant__ CUtensorMap tm_sfa, const mm_gemm_problem p, const mm_gemm_layout lay,
+                       const mm_layer_view L, const mm_forward_view F) {
+  extern __shared__ uint8_t mm_gemm_smem_raw[];
+  const mm_gemm_smem sm = mm_gemm_smem_carve(mm_gemm_smem_raw, lay);
+  const int tid = threadIdx.x;
+  const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
+  const int lane = tid & 31;
+  if (!mm_split_route(L, F, reinterpret_cast<int*>(sm.a_ptr))) return;
+
+  if (tid == 256) {
+    mm_tma_prefetch_map(&tm_a);
+    mm_tma_prefetch_map(&tm_b);
+    mm_tma_prefetch_map(&tm_sfa);
+    mm_gemm_init_barriers(sm);
+  }
+  mm_sched_grouped sched;
+  sched.build(sm.sched, p, Cfg::BM, Cfg::BN, tid, MM_GEMM_THREADS);
+  __syncthreads();
+
+  if (warp >= 8) {
+    mm_setmaxnreg_dec<MM_SPLIT_PULL_REGS>();
+    if (warp == 8) {
+      if (lane == 0) {
+        mm_gemm_pipe pipe = {0u, 0u};
+        mm_gemm_tile_info ti;
+        mm_sched_grouped::iter it = sched.begin();
+        while (sched.next<Cfg>(it, ti))
+          if (!mm_gemm_produce_tile<Cfg>(sm, pipe, &tm_a, &tm_b, &tm_sfa, p, ti)) break;
+      }
+    } else if (!mm_failed(mm_status(L))) {
+      /* The pull: rows in pool order, interleaved over every pull warp of
+       * the grid, so the first blocks (the first tiles) complete first. The
+       * scheduler's arrays hold the pool layout: out_off = pool offsets,
+       * valid = rows per expert. */
+      const int El = L.local_experts;
+      const int total = mm_ld_relaxed_gpu_s32(mm_ws<int32_t>(L, MM_WS_POOL_OFFSET) + El);
+      int32_t* ready = mm_ws<int32_t>(L, MM_WS_READY);
+      const int nw = gridDim.x * MM_SPLIT_PULL_WARPS;
+      for (int r = blockIdx.x * MM_SPLIT_PULL_WARPS + (warp - MM_SPLIT_PULL_WARP0); r < total; r += nw) {
+        const int le = mm_pool_expert_of(sched.out_off, El, r);
+        if (r - sched.out_off[le] >= sched.valid[le]) continue; /* padding: never counted, never stored */
+        mm_pull_row(L, r, le);
+        /* Every lane's stores before the async proxy (TMA) reads them; the
+         * warp barrier orders them before lane 0's release. */
+        mm_fence_proxy_async_global();
+        __syncwarp();
+        if (lane == 0) mm_red_release_gpu_add_s32(ready + r / MM_READY_BLOCK_ROWS, 1);
+      }
+    }
+  } else {
+    mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
+    const int wg = warp >> 2;
+    mm_gemm_pipe pipe = {0u, 0u};
+    mm_gemm_tile_info ti;
+    mm_sched_grouped::iter it = sched.begin();
+    while (sched.next<Cfg>(it, ti)) {
+      float acc[Cfg::kWaves][64];
+      const bool mine = mm_gemm_consume_tile<Cfg>(sm, pipe, p, ti, wg, acc);
+      if (!mm_gemm_math_vote_ok(sm, mine)) break;
+      mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc);
+    }
+  }
+}
+
+/* Kernel 2: the L2 GEMM with the scatter epilogue, the combine barrier, the
+ * reduction, the end of the forward (split.h). */
+template <class Cfg>
+__global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
+    mm_split_l2_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                       const __grid_constant__ CUtensorMap tm_sfa, const mm_gemm_problem p, const mm_gemm_layout lay,
+                       const mm_layer_view L, const mm_forward_view F) {
+  extern __shared__ uint8_t mm_gemm_smem_raw[];
+  const mm_gemm_smem sm = mm_gemm_smem_carve(mm_gemm_smem_raw, lay);
+  const int tid = threadIdx.x;
+  const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
+  const int lane = tid & 31;
+  mm_device_status* st = mm_status(L);
+
+  if (tid == 256) {
+    mm_tma_prefetch_map(&tm_a);
+    mm_tma_prefetch_map(&tm_b);
+    mm_tma_prefetch_map(&tm_sfa);
+    mm_gemm_init_barriers(sm);
+  }
+  mm_sched_grouped sched;
+  sched.build(sm.sched, p, Cfg::BM, Cfg::BN, tid, MM_GEMM_THREADS);
+  __syncthreads();
+
+  if (warp >= 8) {
+    mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
+    if (warp == 8 && lane == 0) {
+      mm_gemm_pipe pipe = {0u, 0u};
+      mm_gemm_tile_info ti;
+      mm_sched_grouped::iter it = sched.begin();
+      while (sched.next<Cfg>(it, ti))
+        if (!mm_gemm_produce_tile<Cfg>(sm, pipe, &tm_a, &tm_b, &tm_sfa, p, ti)) break;
+    }
+    mm_setmaxnreg_inc<MM_SPLIT_TAIL_REGS>();
+  } else {
+    mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
+    const int wg = warp >> 2;
+    mm_gemm_pipe pipe = {0u, 0u};
+    mm_gemm_tile_info ti;
+    mm_sched_grouped::iter it = sched.begin();
+    while (sched.next<Cfg>(it, ti)) {
+      float acc[Cfg::kWaves][64];
+      const bool mine = mm_gemm_consume_tile<Cfg>(sm, pipe, p, ti, wg, acc);
+      if (!mm_gemm_math_vote_ok(sm, mine)) break;
+      mm_gemm_epilogue_scatter<Cfg>(sm, p, ti, wg, acc);
+    }
+    mm_setmaxnreg_dec<MM_SPLIT_TAIL_REGS>();
+  }
+
+  /* Every thread's combine stores (to peers over NVLink) before the grid
+   * barrier; CTA 0's release of barrier 1 is then cumulative over them. */
+  __threadfence_system();
+  mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
+  const mm_wait_ctx gctx = mm_split_grid_ctx(L);
+  bool ok = mm_grid_barrier(gb, gctx);
+  if (ok && blockIdx.x == 0) {
+    if (tid < 32) mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 1), MM_SITE_BARRIER_COMBINE);
+  }
+  /* After barrier 1 every peer's rows for this rank's tokens have landed. */
+  if (ok) ok = mm_grid_barrier(gb, gctx);
+  if (ok && !mm_failed(st)) mm_reduce_tokens(L, F, warp, MM_GEMM_THREADS / 32);
+  mm_forward_end(L);
+}
+
+#endif

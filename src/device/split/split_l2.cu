@@ -1,0 +1,41 @@
+/* Kernel 2 of the split arm (split.h): its instantiations and launch. The L2
+ * GEMM's tiles: 256x128 (large), 64x256 and 128x128 (decode); A scales per
+ * 128 (G = 128) or 64 (G = 64). */
+#include "split/split_kernels.cuh"
+#include "split/split_launch.cuh"
+
+template <int BM, int BN, bool kSplitN>
+static const void* mm_split_l2_pick(int a_sf_block) {
+  if (a_sf_block == 64)
+    return reinterpret_cast<const void*>(&mm_split_l2_kernel<mm_gemm_cfg<BM, BN, kSplitN, BM != 256, 2, true>>);
+  return reinterpret_cast<const void*>(&mm_split_l2_kernel<mm_gemm_cfg<BM, BN, kSplitN, BM != 256, 1, true>>);
+}
+
+static const void* mm_split_l2_kernel_for(mm_gemm_tile tile, int a_sf_block) {
+  if (a_sf_block != 64 && a_sf_block != 128) return nullptr;
+  switch (tile) {
+    case MM_GEMM_TILE_256x128: return mm_split_l2_pick<256, 128, false>(a_sf_block);
+    case MM_GEMM_TILE_64x256: return mm_split_l2_pick<64, 256, true>(a_sf_block);
+    case MM_GEMM_TILE_128x128: return mm_split_l2_pick<128, 128, false>(a_sf_block);
+    default: return nullptr;
+  }
+}
+
+extern "C" megamoe_status mm_split_l2_launch(const mm_layer_view* L, const mm_forward_view* F, const mm_gemm_plan* l2,
+                                             cudaStream_t stream) {
+  return mm_split_launch(mm_split_l2_kernel_for(l2->tile, l2->problem.a_sf_block), "L2", l2, L, F, stream);
+}
+
+extern "C" int mm_split_l2_has(mm_gemm_tile tile, int a_sf_block) {
+  return mm_split_l2_kernel_for(tile, a_sf_block) != nullptr;
+}
+
+extern "C" int mm_split_l1_has(mm_gemm_tile tile, int a_sf_block);
+
+extern "C" megamoe_status mm_split_check(const mm_gemm_plan* l1, const mm_gemm_plan* l2) {
+  if (!mm_split_l1_has(l1->tile, l1->problem.a_sf_block))
+    return mm_fail(MEGAMOE_ERR_INTERNAL, "split arm: no L1 kernel for tile %s", mm_gemm_tile_name(l1->tile));
+  if (!mm_split_l2_has(l2->tile, l2->problem.a_sf_block))
+    return mm_fail(MEGAMOE_ERR_INTERNAL, "split arm: no L2 kernel for tile %s", mm_gemm_tile_name(l2->tile));
+  return MEGAMOE_OK;
+}
