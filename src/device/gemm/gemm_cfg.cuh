@@ -40,8 +40,12 @@
 
 #define MM_GEMM_THREADS 384
 #define MM_GEMM_MATH_THREADS 256
+/* setmaxnreg moves registers within the CTA's pool, 168 x 384 at launch:
+ * 2 x 128 x 232 + 128 x 40 = 64512 exactly. A warpgroup whose increase does
+ * not fit waits forever, so these three numbers go together. */
 #define MM_GEMM_MATH_REGS 232
 #define MM_GEMM_PRODUCER_REGS 40
+static_assert(2 * 128 * MM_GEMM_MATH_REGS + 128 * MM_GEMM_PRODUCER_REGS <= 168 * 384, "setmaxnreg budget");
 #define MM_GEMM_BLOCK_K 128
 #define MM_GEMM_SMEM_LIMIT 232448 /* 227 KB: Hopper's per-block opt-in maximum */
 #define MM_GEMM_MAX_STAGES 8

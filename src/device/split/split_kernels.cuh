@@ -16,10 +16,9 @@
 /* Warps of the producer warpgroup that pull rows (warp 8 issues the TMA loads). */
 #define MM_SPLIT_PULL_WARP0 9
 #define MM_SPLIT_PULL_WARPS 3
-/* Registers of the producer warpgroup in kernel 1, whose pull warps copy rows
- * (232 x 256 math + 48 x 128 = the whole 64K register file). */
-#define MM_SPLIT_PULL_REGS 48
-/* Registers of every warp once the roles are done (the tail the whole CTA runs). */
+/* Registers of every warp once the roles are done (the tail the whole CTA
+ * runs): the launch's 168, so the math warpgroups' decrease frees exactly
+ * what the producer warpgroup's increase takes. */
 #define MM_SPLIT_TAIL_REGS 168
 
 MM_DEVICE mm_wait_ctx mm_split_grid_ctx(const mm_layer_view& L) {
@@ -89,7 +88,10 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   __syncthreads();
 
   if (warp >= 8) {
-    mm_setmaxnreg_dec<MM_SPLIT_PULL_REGS>();
+    /* setmaxnreg moves registers inside the CTA's pool (168 x 384 at launch):
+     * the math warpgroups' 232 need exactly what 40 here frees; any more
+     * and their setmaxnreg.inc would wait forever (no deadline there). */
+    mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
     if (warp == 8) {
       if (lane == 0) {
         mm_gemm_pipe pipe = {0u, 0u};
