@@ -698,6 +698,14 @@ static mm_test_result t_odd_token_counts(const mm_rank_ctx* ctx) {
  * Only the staged arm exists today; the split and fused arms are judged here
  * when they land. */
 static mm_test_result t_arms_bitwise(const mm_rank_ctx* ctx) {
+  /* Bitwise equality holds on one GEMM engine: under MEGAMOE_GEMM=simple the
+   * staged arm runs the CUDA-core oracle (another accumulation order) while
+   * the split arm is built on the wgmma engine. */
+  const char* engine = getenv("MEGAMOE_GEMM");
+  if (engine && strcmp(engine, "simple") == 0) {
+    if (ctx->rank == 0) printf("    the staged arm is on the simple engine here: arms compared on wgmma only\n");
+    return MM_TEST_SKIP;
+  }
   lt_case cases[3];
   cases[0] = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 2, 64, 21);
   cases[1] = lt_make(ctx, 384, 640, EXPERTS(ctx, 3), 3, 100, 22);

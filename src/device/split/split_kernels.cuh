@@ -21,10 +21,13 @@
  * what the producer warpgroup's increase takes. */
 #define MM_SPLIT_TAIL_REGS 168
 
+/* The grid barriers wait twice the layer's deadline: CTA 0 may spend a whole
+ * deadline in an all-rank barrier while the other CTAs wait for it, and the
+ * peer that did not arrive (not the grid barrier) must be what is recorded. */
 MM_DEVICE mm_wait_ctx mm_split_grid_ctx(const mm_layer_view& L) {
   mm_wait_ctx c;
   c.status = mm_status(L);
-  c.timeout_ns = L.timeout_ns;
+  c.timeout_ns = 2 * L.timeout_ns;
   c.site = MM_SITE_GRID_BARRIER;
   c.abort_flag = nullptr;
   return c;
