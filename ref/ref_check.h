@@ -73,8 +73,15 @@ extern "C" {
  * 128 was configured) gives diff 2.07e-4 to 2.4e-4 (61 + 32 draws) and
  * per-token errors inside the rounding range (rel 0.03, abs/scale 0.11), so
  * the diff alone can catch it, and 1e-4 sits between the two.
- * The lead engineer calibrates all three from the first GPU run: every GPU
- * layer test prints its measured statistics. */
+ * Measured on the GPU (nvidia-h200-x2, 2026-11-30, every layer test of the
+ * staged and split arms on the wgmma engine at EP1 and EP2, a few hundred
+ * forwards, T 1..4097): largest row_rel_err 0.037, row_abs_over_scale 0.133,
+ * diff 1.5e-5 (the simple engine: 2.3e-3 / 1.6e-2 / 1.1e-9). The bounds
+ * stand 5.4x / 5.6x / 6.7x above those: kept there rather than raised to
+ * 10x, because the diff must stay below the wrong-group bug's 2.07e-4 and
+ * the per-token bounds then still reject bug (e) of the unit test on
+ * row_rel_err alone. Every GPU layer test prints its statistics; recheck
+ * them when the engine's accumulation changes. */
 #define REF_CHECK_BOUND_ROW_REL_ERR 0.2
 #define REF_CHECK_BOUND_ROW_ABS_OVER_SCALE 0.75
 #define REF_CHECK_BOUND_DIFF 1e-4
