@@ -1,6 +1,7 @@
 /* megamoe CPU reference (C11, no CUDA): the numerics contract of DESIGN.md
- * section 1, written out exactly. The GPU arms are compared against it with
- * ref_diff (pass: diff < 0.01, NaN never passes).
+ * section 1, written out exactly. The GPU arms are compared against it token
+ * by token with ref_check_output (ref_check.h: per-row bounds and a tight
+ * whole-rank diff, NaN never passes).
  *
  * Number formats
  *   e4m3 (fp8, "e4m3fn"): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
