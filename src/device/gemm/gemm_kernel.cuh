@@ -18,6 +18,38 @@
 #include "ptx/sync.cuh"
 #include "sched/sched_grouped.cuh"
 
+/* The producer thread's loop: every tile of this CTA in the scheduler's
+ * order, until one gives up (the abort word is then set). */
+template <class Cfg, class Sched>
+MM_DEVICE void mm_gemm_producer_loop(const mm_gemm_smem& sm, const Sched& sched, const CUtensorMap* tm_a,
+                                     const CUtensorMap* tm_b, const CUtensorMap* tm_sfa, const mm_gemm_problem& p) {
+  mm_gemm_pipe pipe = {0u, 0u};
+  mm_gemm_tile_info ti;
+  typename Sched::iter it = sched.begin();
+  while (sched.template next<Cfg>(it, ti))
+    if (!mm_gemm_produce_tile<Cfg>(sm, pipe, tm_a, tm_b, tm_sfa, p, ti)) break;
+}
+
+/* The math warpgroups' loop: per tile the mainloop, the vote, then
+ * store(ti, acc, last_tile); when the vote says the pipeline was abandoned,
+ * abandon() and leave. Every math thread runs it. */
+template <class Cfg, class Sched, class Store, class Abandon>
+MM_DEVICE void mm_gemm_math_loop(const mm_gemm_smem& sm, const Sched& sched, const mm_gemm_problem& p, int wg,
+                                 Store&& store, Abandon&& abandon) {
+  mm_gemm_pipe pipe = {0u, 0u};
+  mm_gemm_tile_info ti;
+  typename Sched::iter it = sched.begin();
+  while (sched.template next<Cfg>(it, ti)) {
+    float acc[Cfg::kWaves][64];
+    const bool mine = mm_gemm_consume_tile<Cfg>(sm, pipe, p, ti, wg, acc);
+    if (!mm_gemm_math_vote_ok(sm, mine)) {
+      abandon();
+      break;
+    }
+    store(ti, acc, !sched.has_next(it));
+  }
+}
+
 template <class Cfg, class Sched, int kOut>
 __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_gemm_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
@@ -44,43 +76,34 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   if (warp >= 8) {
     /* Producer warpgroup: one thread issues everything. */
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
-    if (warp == 8 && lane == 0) {
-      mm_gemm_pipe pipe = {0u, 0u};
-      mm_gemm_tile_info ti;
-      typename Sched::iter it = sched.begin();
-      while (sched.template next<Cfg>(it, ti))
-        if (!mm_gemm_produce_tile<Cfg>(sm, pipe, &tm_a, &tm_b, &tm_sfa, p, ti)) break;
-    }
+    if (warp == 8 && lane == 0) mm_gemm_producer_loop<Cfg>(sm, sched, &tm_a, &tm_b, &tm_sfa, p);
   } else {
     /* Math warpgroups. */
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
     const int wg = warp >> 2;
-    mm_gemm_pipe pipe = {0u, 0u};
-    mm_gemm_tile_info ti;
-    typename Sched::iter it = sched.begin();
-    while (sched.template next<Cfg>(it, ti)) {
-      float acc[Cfg::kWaves][64];
-      const bool mine = mm_gemm_consume_tile<Cfg>(sm, pipe, p, ti, wg, acc);
-      if (!mm_gemm_math_vote_ok(sm, mine)) {
-        /* Pipeline abandoned: no store of this thread may still read shared memory. */
-        if (kOut == MM_GEMM_OUT_BF16 && tid == 0) mm_bulk_wait_group<0>();
-        break;
-      }
-      if constexpr (kOut == MM_GEMM_OUT_F32) {
-        mm_gemm_epilogue_store<Cfg, false>(p, ti, wg, acc);
-      } else if constexpr (kOut == MM_GEMM_OUT_BF16) {
-        if (ti.rows == Cfg::BM) mm_gemm_epilogue_tma_store<Cfg>(sm, &tm_d, ti, wg, acc);
-        else mm_gemm_epilogue_store<Cfg, true>(p, ti, wg, acc);
-        /* The staging area must stay valid until the last stores have read
-         * it (the CTA's shared memory goes away at exit). Waited inside the
-         * loop: code after the loop makes ptxas cap the math registers. */
-        if (tid == 0 && !sched.has_next(it)) mm_bulk_wait_group<0>();
-      } else if constexpr (kOut == MM_GEMM_OUT_SWIGLU_FP8) {
-        mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc);
-      } else {
-        mm_gemm_epilogue_scatter<Cfg>(sm, p, ti, wg, acc);
-      }
-    }
+    mm_gemm_math_loop<Cfg>(
+        sm, sched, p, wg,
+        [&](const mm_gemm_tile_info& ti, float (&acc)[Cfg::kWaves][64], bool last) {
+          if constexpr (kOut == MM_GEMM_OUT_F32) {
+            mm_gemm_epilogue_store<Cfg, false>(p, ti, wg, acc);
+          } else if constexpr (kOut == MM_GEMM_OUT_BF16) {
+            if (ti.rows == Cfg::BM) mm_gemm_epilogue_tma_store<Cfg>(sm, &tm_d, ti, wg, acc);
+            else mm_gemm_epilogue_store<Cfg, true>(p, ti, wg, acc);
+            /* The staging area must stay valid until the last stores have
+             * read it (the CTA's shared memory goes away at exit). Waited
+             * inside the loop: code after the loop makes ptxas cap the math
+             * registers. */
+            if (tid == 0 && last) mm_bulk_wait_group<0>();
+          } else if constexpr (kOut == MM_GEMM_OUT_SWIGLU_FP8) {
+            mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc);
+          } else {
+            mm_gemm_epilogue_scatter<Cfg>(sm, p, ti, wg, acc);
+          }
+        },
+        [&]() {
+          /* Pipeline abandoned: no store of this thread may still read shared memory. */
+          if (kOut == MM_GEMM_OUT_BF16 && tid == 0) mm_bulk_wait_group<0>();
+        });
   }
 }
 

@@ -96,13 +96,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
      * and their setmaxnreg.inc would wait forever (no deadline there). */
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
     if (warp == 8) {
-      if (lane == 0) {
-        mm_gemm_pipe pipe = {0u, 0u};
-        mm_gemm_tile_info ti;
-        mm_sched_grouped::iter it = sched.begin();
-        while (sched.next<Cfg>(it, ti))
-          if (!mm_gemm_produce_tile<Cfg>(sm, pipe, &tm_a, &tm_b, &tm_sfa, p, ti)) break;
-      }
+      if (lane == 0) mm_gemm_producer_loop<Cfg>(sm, sched, &tm_a, &tm_b, &tm_sfa, p);
     } else if (!mm_failed(mm_status(L))) {
       /* The pull: rows in pool order, interleaved over every pull warp of
        * the grid, so the first blocks (the first tiles) complete first. The
@@ -126,15 +120,12 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
     const int wg = warp >> 2;
-    mm_gemm_pipe pipe = {0u, 0u};
-    mm_gemm_tile_info ti;
-    mm_sched_grouped::iter it = sched.begin();
-    while (sched.next<Cfg>(it, ti)) {
-      float acc[Cfg::kWaves][64];
-      const bool mine = mm_gemm_consume_tile<Cfg>(sm, pipe, p, ti, wg, acc);
-      if (!mm_gemm_math_vote_ok(sm, mine)) break;
-      mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc);
-    }
+    mm_gemm_math_loop<Cfg>(
+        sm, sched, p, wg,
+        [&](const mm_gemm_tile_info& ti, float (&acc)[Cfg::kWaves][64], bool) {
+          mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc);
+        },
+        []() {});
   }
 }
 
@@ -164,26 +155,17 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
 
   if (warp >= 8) {
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
-    if (warp == 8 && lane == 0) {
-      mm_gemm_pipe pipe = {0u, 0u};
-      mm_gemm_tile_info ti;
-      mm_sched_grouped::iter it = sched.begin();
-      while (sched.next<Cfg>(it, ti))
-        if (!mm_gemm_produce_tile<Cfg>(sm, pipe, &tm_a, &tm_b, &tm_sfa, p, ti)) break;
-    }
+    if (warp == 8 && lane == 0) mm_gemm_producer_loop<Cfg>(sm, sched, &tm_a, &tm_b, &tm_sfa, p);
     mm_setmaxnreg_inc<MM_SPLIT_TAIL_REGS>();
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
     const int wg = warp >> 2;
-    mm_gemm_pipe pipe = {0u, 0u};
-    mm_gemm_tile_info ti;
-    mm_sched_grouped::iter it = sched.begin();
-    while (sched.next<Cfg>(it, ti)) {
-      float acc[Cfg::kWaves][64];
-      const bool mine = mm_gemm_consume_tile<Cfg>(sm, pipe, p, ti, wg, acc);
-      if (!mm_gemm_math_vote_ok(sm, mine)) break;
-      mm_gemm_epilogue_scatter<Cfg>(sm, p, ti, wg, acc);
-    }
+    mm_gemm_math_loop<Cfg>(
+        sm, sched, p, wg,
+        [&](const mm_gemm_tile_info& ti, float (&acc)[Cfg::kWaves][64], bool) {
+          mm_gemm_epilogue_scatter<Cfg>(sm, p, ti, wg, acc);
+        },
+        []() {});
     mm_setmaxnreg_dec<MM_SPLIT_TAIL_REGS>();
   }
 
