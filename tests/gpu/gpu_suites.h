@@ -7,6 +7,17 @@
 
 #include "../harness.h"
 
+/* In a suite's test function (CUDA sources): a failed CUDA call prints
+ * where and why, and the test returns MM_TEST_FAIL. */
+#define CUDA_OK(call)                                                                                       \
+  do {                                                                                                      \
+    cudaError_t e_ = (call);                                                                                \
+    if (e_ != cudaSuccess) {                                                                                \
+      fprintf(stderr, "    CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      return MM_TEST_FAIL;                                                                                  \
+    }                                                                                                       \
+  } while (0)
+
 #ifdef __cplusplus
 extern "C" {
 #endif

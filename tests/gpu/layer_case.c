@@ -18,6 +18,8 @@ lc_case lc_make(const mm_rank_ctx* ctx, int64_t H, int64_t I, int E, int K, int6
   c.cfg.timeout_s = 20.0;
   c.cfg.arm = mm_test_arm();
   for (int r = 0; r < ctx->num_ranks; ++r) c.tokens[r] = T;
+  c.one_expert = -1;
+  c.one_rank = -1;
   c.seed = ctx->seed * 1000003u + salt;
   return c;
 }
@@ -37,14 +39,15 @@ void lc_free(lc_data* d) {
   memset(d, 0, sizeof *d);
 }
 
-/* Weights in the fp8 range with block scales making the effective weight
- * ~ N(0, 1 / K_dim), so activations stay O(1). */
+/* Weights use the fp8 range (values ~ N(0, 64^2)) with block scales that make
+ * the effective weight ~ N(0, 1/K_dim), so activations stay O(1). */
 static void fill_weights(mm_rng* g, uint8_t* w, float* sf, int64_t experts, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < experts * rows * cols; ++i) w[i] = ref_e4m3_encode((float)(mm_rng_normal(g) * 64.0));
   const int64_t n_sf = experts * (rows / 128) * (cols / 128);
   for (int64_t i = 0; i < n_sf; ++i) sf[i] = (float)((0.5 + mm_rng_uniform(g)) / 64.0 / sqrt((double)cols));
 }
 
+/* Tokens the way a producer quantizes them: per 128 channels, sf = amax / 448. */
 static void fill_tokens(mm_rng* g, uint8_t* x, float* x_sf, int64_t T, int64_t H) {
   float row[128];
   for (int64_t t = 0; t < T; ++t)
@@ -54,20 +57,74 @@ static void fill_tokens(mm_rng* g, uint8_t* x, float* x_sf, int64_t T, int64_t H
     }
 }
 
-static void fill_routing(mm_rng* g, const lc_case* c, int32_t* idx, float* w, int64_t T) {
-  const int K = c->cfg.top_k, E = c->cfg.num_experts;
-  for (int64_t t = 0; t < T; ++t)
-    for (int k = 0; k < K; ++k) {
-      int e, fresh;
-      do { /* distinct experts per token */
-        e = (int)mm_rng_below(g, (uint64_t)E);
+/* Top-k of T tokens: K distinct experts per token (from all E, or from the
+ * E_l experts of rank one_rank), weights in [0.05, 1.05); then, with
+ * repeat_expert, slots that share an expert (token t % 3 == 0: slot 1 takes
+ * slot 0's expert; 1: slot K-1 does; 2: every slot does; the contract treats
+ * each slot on its own); then each slot masked with probability mask_ratio;
+ * with one_expert, slot 0 goes there and the rest are masked. A masked slot
+ * is -1 with a NaN weight: nothing may read it. */
+static int fill_routing(mm_rng* g, const lc_case* c, int El, int32_t* idx, float* w, int64_t T) {
+  const int K = c->cfg.top_k;
+  const int first = c->one_rank >= 0 ? c->one_rank * El : 0;
+  const int choices = c->one_rank >= 0 ? El : c->cfg.num_experts;
+  if (K > choices) {
+    fprintf(stderr, "    fill_routing: K %d distinct experts out of %d\n", K, choices);
+    return -1;
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    int32_t* ti = idx + t * K;
+    float* tw = w + t * K;
+    for (int k = 0; k < K; ++k) { /* distinct experts per token */
+      int e;
+      int fresh;
+      do {
+        e = first + (int)mm_rng_below(g, (uint64_t)choices);
         fresh = 1;
-        for (int j = 0; j < k; ++j) fresh &= idx[t * K + j] != e;
+        for (int j = 0; j < k; ++j) fresh &= ti[j] != e;
       } while (!fresh);
-      idx[t * K + k] = e;
-      w[t * K + k] = (float)(0.05 + mm_rng_uniform(g));
-      if (mm_rng_uniform(g) < c->mask_ratio) idx[t * K + k] = -1;
+      ti[k] = e;
+      tw[k] = (float)(0.05 + mm_rng_uniform(g));
     }
+    if (c->repeat_expert && K >= 2) {
+      if (t % 3 == 0) ti[1] = ti[0];
+      else if (t % 3 == 1) ti[K - 1] = ti[0];
+      else
+        for (int k = 1; k < K; ++k) ti[k] = ti[0];
+    }
+    for (int k = 0; k < K; ++k)
+      if (mm_rng_uniform(g) < c->mask_ratio) ti[k] = -1;
+    if (c->one_expert >= 0)
+      for (int k = 0; k < K; ++k) ti[k] = k == 0 ? c->one_expert : -1;
+    for (int k = 0; k < K; ++k)
+      if (ti[k] < 0) tw[k] = NAN;
+  }
+  return 0;
+}
+
+/* The reference for this rank's tokens only (a token depends on nothing
+ * else), into d->y_ref, from d's weights and every rank's routing. */
+static int lc_reference(const lc_case* c, lc_data* d, int rank) {
+  const int64_t H = c->cfg.hidden, I = c->cfg.intermediate;
+  ref_rank_data rd[MEGAMOE_MAX_RANKS];
+  memset(rd, 0, sizeof rd);
+  for (int r = 0; r < d->R; ++r) {
+    rd[r].num_tokens = r == rank ? c->tokens[r] : 0;
+    rd[r].x = d->x[r];
+    rd[r].x_sf = d->x_sf[r];
+    rd[r].topk_idx = d->idx[r];
+    rd[r].topk_w = d->w[r];
+    rd[r].y = r == rank ? d->y_ref : NULL;
+    rd[r].w1 = d->w1 + (int64_t)r * d->El * 2 * I * H;
+    rd[r].w1_sf = d->w1_sf + (int64_t)r * d->El * (2 * I / 128) * (H / 128);
+    rd[r].w2 = d->w2 + (int64_t)r * d->El * H * I;
+    rd[r].w2_sf = d->w2_sf + (int64_t)r * d->El * (H / 128) * (I / 128);
+  }
+  if (ref_layer_forward(&c->cfg, d->R, rd) != MEGAMOE_OK) {
+    fprintf(stderr, "    reference failed: %s\n", megamoe_last_error());
+    return -1;
+  }
+  return 0;
 }
 
 int lc_build(const lc_case* c, int R, int rank, lc_data* d) {
@@ -93,30 +150,11 @@ int lc_build(const lc_case* c, int R, int rank, lc_data* d) {
     d->w[r] = malloc(sizeof(float) * (size_t)(T * K) + 1);
     if (!d->x[r] || !d->x_sf[r] || !d->idx[r] || !d->w[r]) return -1;
     fill_tokens(&g, d->x[r], d->x_sf[r], T, H);
-    fill_routing(&g, c, d->idx[r], d->w[r], T);
+    if (fill_routing(&g, c, d->El, d->idx[r], d->w[r], T) != 0) return -1;
   }
   d->y_ref = malloc(sizeof(uint16_t) * (size_t)(c->tokens[rank] * H) + 1);
   if (!d->y_ref) return -1;
-  /* The reference of this rank's tokens only (a token depends on nothing else). */
-  ref_rank_data rd[MEGAMOE_MAX_RANKS];
-  memset(rd, 0, sizeof rd);
-  for (int r = 0; r < R; ++r) {
-    rd[r].num_tokens = r == rank ? c->tokens[r] : 0;
-    rd[r].x = d->x[r];
-    rd[r].x_sf = d->x_sf[r];
-    rd[r].topk_idx = d->idx[r];
-    rd[r].topk_w = d->w[r];
-    rd[r].y = r == rank ? d->y_ref : NULL;
-    rd[r].w1 = d->w1 + (int64_t)r * d->El * 2 * I * H;
-    rd[r].w1_sf = d->w1_sf + (int64_t)r * d->El * (2 * I / 128) * (H / 128);
-    rd[r].w2 = d->w2 + (int64_t)r * d->El * H * I;
-    rd[r].w2_sf = d->w2_sf + (int64_t)r * d->El * (H / 128) * (I / 128);
-  }
-  if (ref_layer_forward(cfg, R, rd) != MEGAMOE_OK) {
-    fprintf(stderr, "    reference failed: %s\n", megamoe_last_error());
-    return -1;
-  }
-  return 0;
+  return lc_reference(c, d, rank);
 }
 
 void lc_device_free(lc_device* g) {
@@ -145,7 +183,17 @@ int lc_upload(const lc_case* c, const lc_data* d, int rank, lc_device* g) {
   bad |= upload(&g->x, d->x[rank], (size_t)(T * H));
   bad |= upload(&g->x_sf, d->x_sf[rank], sizeof(float) * (size_t)(T * (H / 128)));
   bad |= upload(&g->w, d->w[rank], sizeof(float) * (size_t)(T * K));
-  bad |= upload(&g->idx, d->idx[rank], sizeof(int32_t) * (size_t)(T * K));
+  if (c->idx64) {
+    int64_t* wide = malloc(sizeof(int64_t) * (size_t)(T * K) + 1);
+    if (wide) {
+      for (int64_t i = 0; i < T * K; ++i) wide[i] = d->idx[rank][i];
+      bad |= upload(&g->idx, wide, sizeof(int64_t) * (size_t)(T * K));
+    }
+    bad |= !wide;
+    free(wide);
+  } else {
+    bad |= upload(&g->idx, d->idx[rank], sizeof(int32_t) * (size_t)(T * K));
+  }
   bad |= cudaMalloc(&g->y, sizeof(uint16_t) * (size_t)(T * H) + 16) != cudaSuccess;
   return bad ? -1 : 0;
 }
@@ -156,7 +204,7 @@ megamoe_forward_args lc_args(const lc_case* c, const lc_device* g, int rank) {
   a.x = g->x;
   a.x_sf = g->x_sf;
   a.topk_idx = g->idx;
-  a.topk_idx_type = MEGAMOE_INDEX_INT32;
+  a.topk_idx_type = c->idx64 ? MEGAMOE_INDEX_INT64 : MEGAMOE_INDEX_INT32;
   a.topk_w = g->w;
   a.num_tokens = c->tokens[rank];
   a.y = g->y;
@@ -180,11 +228,52 @@ int lc_still_poisoned(const void* y, int64_t n) {
   return all;
 }
 
+/* MEGAMOE_TEST_PLANT_BUG set (and not "0"): lc_compare plants a bug in
+ * every output before it is checked (see the top of test_layer.c). */
+static int lc_plant_bug(void) {
+  const char* v = getenv("MEGAMOE_TEST_PLANT_BUG");
+  return v && *v && strcmp(v, "0") != 0;
+}
+
+int lc_compare(const lc_case* c, const lc_data* d, int rank, uint16_t* y, const char* what) {
+  const int64_t T = c->tokens[rank], H = c->cfg.hidden, K = c->cfg.top_k;
+  if (lc_plant_bug() && T > 0) {
+    /* The first token with a live slot loses its row; with none, a masked
+     * token gets a nonzero element (either must fail). */
+    int64_t victim = -1;
+    for (int64_t t = 0; t < T && victim < 0; ++t)
+      for (int k = 0; k < K; ++k)
+        if (d->idx[rank][t * K + k] >= 0) victim = t;
+    if (victim >= 0) memset(y + victim * H, 0, sizeof(uint16_t) * (size_t)H);
+    else y[0] = 0x3F80; /* 1.0 */
+  }
+  ref_check_stats s;
+  const int pass = ref_check_output(y, d->y_ref, T, H, d->idx[rank], K, NULL, &s);
+  char label[192];
+  snprintf(label, sizeof label, "    %s rank %d (%s H %lld I %lld K %d G %d)", what, rank,
+           megamoe_arm_name(c->cfg.arm), (long long)H, (long long)c->cfg.intermediate, (int)K,
+           (int)c->cfg.quant_group);
+  ref_check_print(stdout, label, &s);
+  fflush(stdout);
+  if (!pass) {
+    fprintf(stderr, "    %s rank %d: output check failed: %s", what, rank, ref_check_failure_name(s.first_failure));
+    if (s.first_failure_token >= 0) fprintf(stderr, " at token %lld", (long long)s.first_failure_token);
+    if (s.first_failure == REF_CHECK_NONFINITE)
+      fprintf(stderr, " (%lld NaN/Inf elements: unwritten or bad)", (long long)s.nonfinite);
+    fputc('\n', stderr);
+  }
+  return pass ? 0 : -1;
+}
+
+int lc_download(const void* y_dev, int64_t n, uint16_t* host) {
+  return n == 0 ? 0 : cudaMemcpy(host, y_dev, sizeof(uint16_t) * (size_t)n, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
+}
+
 int lc_check_output(const lc_case* c, const lc_data* d, int rank, const void* y_dev, const char* what) {
   const int64_t T = c->tokens[rank], H = c->cfg.hidden, K = c->cfg.top_k;
   if (T == 0) return 0;
   uint16_t* y = malloc(sizeof(uint16_t) * (size_t)(T * H));
-  if (!y || cudaMemcpy(y, y_dev, sizeof(uint16_t) * (size_t)(T * H), cudaMemcpyDeviceToHost) != cudaSuccess) {
+  if (!y || lc_download(y_dev, T * H, y) != 0) {
     fprintf(stderr, "    %s rank %d: download of y failed\n", what, rank);
     free(y);
     return -1;
@@ -198,7 +287,6 @@ int lc_check_output(const lc_case* c, const lc_data* d, int rank, const void* y_
     ref_check_format(&stats, line, sizeof line);
     fprintf(stderr, "    %s rank %d: %s\n", what, rank, line);
   }
-
   free(y);
   return rc;
 }

@@ -1,7 +1,7 @@
-/* One layer problem for the multi-rank GPU tests: global weights, every
- * rank's tokens and routing (the same on every rank, from a seed), this
- * rank's CPU reference (ref/ref.h), the device copies, and the checks.
- * (Helpers in the manner of test_layer.c, shared by test_errors.c.) */
+/* One layer problem for the multi-rank GPU tests (test_layer.c and
+ * test_errors.c): global weights, every rank's tokens and routing (the same
+ * on every rank, from a seed), this rank's CPU reference (ref/ref.h), the
+ * device copies, and the checks (ref/ref_check.h). */
 #ifndef MEGAMOE_TEST_LAYER_CASE_H
 #define MEGAMOE_TEST_LAYER_CASE_H
 
@@ -10,10 +10,15 @@
 #include "megamoe.h"
 #include "rank_ctx.h"
 
+/* Make cases with lc_make: one_expert and one_rank are off at -1, not 0. */
 typedef struct lc_case {
   megamoe_config cfg;
   int64_t tokens[MEGAMOE_MAX_RANKS]; /* T of each rank */
   double mask_ratio;                 /* fraction of slots set to -1 */
+  int one_expert;                    /* >= 0: every token's slot 0 goes there, other slots masked */
+  int one_rank;                      /* >= 0: every slot goes to distinct experts of this rank (K <= E_l) */
+  int repeat_expert;                 /* 1: slots of a token share an expert (patterns in fill_routing) */
+  int idx64;                         /* int64 top-k indices */
   uint64_t seed;                     /* tokens and routing */
   uint64_t weight_seed;              /* weights (0: same as seed) */
 } lc_case;
@@ -24,8 +29,8 @@ typedef struct lc_data {
   float *w1_sf, *w2_sf;
   uint8_t* x[MEGAMOE_MAX_RANKS];
   float* x_sf[MEGAMOE_MAX_RANKS];
-  int32_t* idx[MEGAMOE_MAX_RANKS];
-  float* w[MEGAMOE_MAX_RANKS];
+  int32_t* idx[MEGAMOE_MAX_RANKS]; /* int32 on the host whatever idx64 says */
+  float* w[MEGAMOE_MAX_RANKS];     /* NaN on masked slots: nothing may read them */
   uint16_t* y_ref; /* this rank's tokens */
 } lc_data;
 
@@ -34,7 +39,9 @@ typedef struct lc_device {
   void *x, *x_sf, *idx, *w, *y;   /* y has 16 spare bytes after T * H bf16 */
 } lc_device;
 
-/* A case with every rank holding T tokens (T_max = max(T, 1)), timeout 20 s. */
+/* A case with every rank holding T tokens (T_max = max(T, 1)), timeout 20 s,
+ * the arm of mm_test_arm(), seed from the run's seed and salt, no mask and
+ * none of one_expert, one_rank, repeat_expert, idx64. */
 lc_case lc_make(const mm_rank_ctx* ctx, int64_t H, int64_t I, int E, int K, int64_t T, uint64_t salt);
 
 /* Builds the problem (identical on every rank) and this rank's reference.
@@ -42,7 +49,8 @@ lc_case lc_make(const mm_rank_ctx* ctx, int64_t H, int64_t I, int E, int K, int6
 int lc_build(const lc_case* c, int R, int rank, lc_data* d);
 void lc_free(lc_data* d);
 
-/* This rank's weights (checkpoint layout) and inputs on the device. */
+/* This rank's weights (checkpoint layout) and inputs on the device; top-k
+ * as int32 or (idx64) int64. */
 int lc_upload(const lc_case* c, const lc_data* d, int rank, lc_device* g);
 void lc_device_free(lc_device* g);
 
@@ -53,9 +61,18 @@ int lc_poison(void* y, int64_t n);
 /* 1 when the n bf16 at y (plus the 16 spare bytes) are all still 0xFFFF. */
 int lc_still_poisoned(const void* y, int64_t n);
 
-/* Downloads this rank's y and checks it against the reference: no NaN,
- * exact zeros for fully masked tokens, each token's relative L2 error below
- * 3e-2, the whole rank's diff below 1e-2. 0 when right; prints what failed. */
+/* Copies n bf16 of the device's y_dev to host (nothing when n is 0). 0 on success. */
+int lc_download(const void* y_dev, int64_t n, uint16_t* host);
+
+/* Judges this rank's y (on the host) against the reference with
+ * ref_check_output (every token) and prints the statistics line to stdout;
+ * with MEGAMOE_TEST_PLANT_BUG set (and not "0") a bug is planted in y first,
+ * so the check must fail. 0: pass; prints what failed. */
+int lc_compare(const lc_case* c, const lc_data* d, int rank, uint16_t* y, const char* what);
+
+/* Downloads this rank's y and checks it against the reference with
+ * ref_check_output, quietly (no statistics line, no planted bug). 0 when
+ * right; prints what failed. */
 int lc_check_output(const lc_case* c, const lc_data* d, int rank, const void* y_dev, const char* what);
 
 #endif

@@ -24,15 +24,6 @@
 
 namespace {
 
-#define CUDA_OK(call)                                                                              \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      fprintf(stderr, "    CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      return MM_TEST_FAIL;                                                                         \
-    }                                                                                              \
-  } while (0)
-
 const uint64_t kLongTimeoutNs = 10ull * 1000 * 1000 * 1000; /* positive tests: must never fire */
 
 uint32_t test_seed() {
@@ -127,33 +118,37 @@ __global__ void k_counter_single(uint32_t* data, int32_t* counter, uint32_t* out
   }
 }
 
-/* Runs k_counter_single; returns the mismatches (or -1 on a CUDA failure
- * or a failed wait). */
-template <bool kSys>
-long run_counter_single(int planted, int rounds) {
-  const int n = 64;
-  const uint32_t seed = test_seed() + (kSys ? 11u : 0u) + 101u * (uint32_t)planted;
+/* The producer/consumer kernels of sections 1 and 5: CTA 0 writes `rounds`
+ * rounds of n values into data and publishes each on counter; CTA 1 waits
+ * for it and copies the round into out; a failed wait bumps failed_waits. */
+typedef void (*pc_kernel)(uint32_t* data, int32_t* counter, uint32_t* out, int rounds, int n, uint32_t seed,
+                          mm_device_status* st, int planted, int* failed_waits);
+
+/* Runs `kernel` on 2 CTAs of `threads` threads over poisoned buffers;
+ * returns the mismatches of out (count_mismatches, labelled `what`), or -1
+ * on a CUDA failure or a failed wait ("a <waits> wait failed"). */
+long run_producer_consumer(pc_kernel kernel, const char* name, int threads, int n, uint32_t seed, int planted,
+                           int rounds, const char* what, const char* waits) {
   uint32_t *data = NULL, *out = NULL;
   int32_t* counter = NULL;
   int* failed = NULL;
   mm_device_status* st = new_status(1);
   long result = -1;
-  uint32_t* host = (uint32_t*)malloc(sizeof(uint32_t) * rounds * n);
-  if (st && host && cudaMalloc((void**)&data, sizeof(uint32_t) * rounds * n) == cudaSuccess &&
-      cudaMalloc((void**)&out, sizeof(uint32_t) * rounds * n) == cudaSuccess &&
+  const size_t bytes = sizeof(uint32_t) * (size_t)rounds * n;
+  uint32_t* host = (uint32_t*)malloc(bytes);
+  if (st && host && cudaMalloc((void**)&data, bytes) == cudaSuccess && cudaMalloc((void**)&out, bytes) == cudaSuccess &&
       cudaMalloc((void**)&counter, sizeof(int32_t)) == cudaSuccess && cudaMalloc((void**)&failed, sizeof(int)) == cudaSuccess &&
-      cudaMemset(data, 0xFF, sizeof(uint32_t) * rounds * n) == cudaSuccess &&
-      cudaMemset(out, 0xFF, sizeof(uint32_t) * rounds * n) == cudaSuccess &&
+      cudaMemset(data, 0xFF, bytes) == cudaSuccess && cudaMemset(out, 0xFF, bytes) == cudaSuccess &&
       cudaMemset(counter, 0, sizeof(int32_t)) == cudaSuccess && cudaMemset(failed, 0, sizeof(int)) == cudaSuccess) {
-    k_counter_single<kSys><<<2, 32>>>(data, counter, out, rounds, n, seed, st, planted, failed);
+    kernel<<<2, threads>>>(data, counter, out, rounds, n, seed, st, planted, failed);
     int f = 1;
     if (cudaGetLastError() == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess &&
-        cudaMemcpy(host, out, sizeof(uint32_t) * rounds * n, cudaMemcpyDeviceToHost) == cudaSuccess &&
+        cudaMemcpy(host, out, bytes, cudaMemcpyDeviceToHost) == cudaSuccess &&
         cudaMemcpy(&f, failed, sizeof f, cudaMemcpyDeviceToHost) == cudaSuccess) {
-      if (f) fprintf(stderr, "    a counter wait failed (timeout or status)\n");
-      else result = count_mismatches(host, seed, rounds, n, kSys ? "counter wait (sys)" : "counter wait (gpu)", planted);
+      if (f) fprintf(stderr, "    a %s wait failed (timeout or status)\n", waits);
+      else result = count_mismatches(host, seed, rounds, n, what, planted);
     } else {
-      fprintf(stderr, "    k_counter_single: %s\n", cudaGetErrorString(cudaGetLastError()));
+      fprintf(stderr, "    %s: %s\n", name, cudaGetErrorString(cudaGetLastError()));
     }
   }
   cudaFree(data);
@@ -163,6 +158,15 @@ long run_counter_single(int planted, int rounds) {
   cudaFree(st);
   free(host);
   return result;
+}
+
+/* Runs k_counter_single; returns the mismatches (or -1 on a CUDA failure
+ * or a failed wait). */
+template <bool kSys>
+long run_counter_single(int planted, int rounds) {
+  const uint32_t seed = test_seed() + (kSys ? 11u : 0u) + 101u * (uint32_t)planted;
+  return run_producer_consumer(k_counter_single<kSys>, "k_counter_single", 32, 64, seed, planted, rounds,
+                               kSys ? "counter wait (sys)" : "counter wait (gpu)", "counter");
 }
 
 mm_test_result t_counter_wait(void) {
@@ -465,37 +469,9 @@ __global__ void k_cta_publish(uint32_t* data, int32_t* counter, uint32_t* out, i
 
 template <bool kSys>
 long run_cta_publish(int planted, int rounds) {
-  const int n = 4096;
   const uint32_t seed = test_seed() + 23u + (kSys ? 5u : 0u) + 7u * (uint32_t)planted;
-  uint32_t *data = NULL, *out = NULL;
-  int32_t* counter = NULL;
-  int* failed = NULL;
-  mm_device_status* st = new_status(1);
-  long result = -1;
-  const size_t bytes = sizeof(uint32_t) * (size_t)rounds * n;
-  uint32_t* host = (uint32_t*)malloc(bytes);
-  if (st && host && cudaMalloc((void**)&data, bytes) == cudaSuccess && cudaMalloc((void**)&out, bytes) == cudaSuccess &&
-      cudaMalloc((void**)&counter, sizeof(int32_t)) == cudaSuccess && cudaMalloc((void**)&failed, sizeof(int)) == cudaSuccess &&
-      cudaMemset(data, 0xFF, bytes) == cudaSuccess && cudaMemset(out, 0xFF, bytes) == cudaSuccess &&
-      cudaMemset(counter, 0, sizeof(int32_t)) == cudaSuccess && cudaMemset(failed, 0, sizeof(int)) == cudaSuccess) {
-    k_cta_publish<kSys><<<2, 256>>>(data, counter, out, rounds, n, seed, st, planted, failed);
-    int f = 1;
-    if (cudaGetLastError() == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess &&
-        cudaMemcpy(host, out, bytes, cudaMemcpyDeviceToHost) == cudaSuccess &&
-        cudaMemcpy(&f, failed, sizeof f, cudaMemcpyDeviceToHost) == cudaSuccess) {
-      if (f) fprintf(stderr, "    a CTA wait failed (timeout or status)\n");
-      else result = count_mismatches(host, seed, rounds, n, kSys ? "CTA publish (sys)" : "CTA publish (gpu)", planted);
-    } else {
-      fprintf(stderr, "    k_cta_publish: %s\n", cudaGetErrorString(cudaGetLastError()));
-    }
-  }
-  cudaFree(data);
-  cudaFree(out);
-  cudaFree(counter);
-  cudaFree(failed);
-  cudaFree(st);
-  free(host);
-  return result;
+  return run_producer_consumer(k_cta_publish<kSys>, "k_cta_publish", 256, 4096, seed, planted, rounds,
+                               kSys ? "CTA publish (sys)" : "CTA publish (gpu)", "CTA");
 }
 
 mm_test_result t_cta_publish(void) {

@@ -88,6 +88,29 @@ static int32_t read_word(megamoe_layer* layer) {
   return w;
 }
 
+/* megamoe_sync, and its message copied into msg (the next call overwrites
+ * megamoe_last_error). */
+static megamoe_status et_sync(const mm_rank_ctx* ctx, et_env* env, char* msg, size_t n) {
+  const megamoe_status st = megamoe_sync(env->layer, ctx->stream);
+  snprintf(msg, n, "%s", megamoe_last_error());
+  return st;
+}
+
+/* n error words in pinned memory, each -1 until a forward's word is copied
+ * in (et_keep_word); NULL when the allocation failed. */
+static int32_t* et_words(int n) {
+  int32_t* words = NULL;
+  if (cudaMallocHost((void**)&words, (size_t)n * sizeof(int32_t)) != cudaSuccess) return NULL;
+  for (int i = 0; i < n; ++i) words[i] = -1;
+  return words;
+}
+
+/* Copies the error word as the forwards enqueued so far leave it into
+ * words[i], in stream order (no sync). */
+static void et_keep_word(const mm_rank_ctx* ctx, int32_t* words, int i, const int32_t* word) {
+  if (words && word) cudaMemcpyAsync(&words[i], word, sizeof(int32_t), cudaMemcpyDeviceToHost, ctx->stream);
+}
+
 /* A right forward on every rank: OK from forward and sync, y right, error
  * word 0. Returns 1 when something was wrong. */
 static int et_good_forward(const mm_rank_ctx* ctx, et_env* env, const char* what) {
@@ -172,9 +195,8 @@ static mm_test_result et_reject(const mm_rank_ctx* ctx, reject_kind kind, megamo
   } else {
     EXPECT(st == MEGAMOE_OK, "forward: %s", forward_msg);
   }
-  const megamoe_status st2 = megamoe_sync(env.layer, ctx->stream);
   char sync_msg[1024];
-  snprintf(sync_msg, sizeof sync_msg, "%s", megamoe_last_error());
+  const megamoe_status st2 = et_sync(ctx, &env, sync_msg, sizeof sync_msg);
   bad |= et_expect_failed(ctx, &env, st2, sync_msg, want, arg, env.g.y, T * H, read_word(env.layer),
                           "rejected forward");
   /* The error is reported once: the next sync is clean. */
@@ -235,10 +257,10 @@ static mm_test_result t_device_error_then_right(const mm_rank_ctx* ctx) {
   const int64_t T = c.tokens[ctx->rank], H = c.cfg.hidden, K = c.cfg.top_k;
   const int me_bad = ctx->rank == env.bad_rank;
   void *y1 = NULL, *idx_bad = NULL;
-  int32_t* words = NULL;
   EXPECT(cudaMalloc(&y1, sizeof(uint16_t) * (size_t)(T * H) + 16) == cudaSuccess, "alloc");
   EXPECT(cudaMalloc(&idx_bad, sizeof(int32_t) * (size_t)(T * K)) == cudaSuccess, "alloc");
-  EXPECT(cudaMallocHost((void**)&words, 2 * sizeof(int32_t)) == cudaSuccess, "pinned alloc");
+  int32_t* words = et_words(2);
+  EXPECT(words != NULL, "pinned alloc");
   const int slot = (int)(T / 2) * (int)K + 1;
   if (!bad) {
     int32_t* h = malloc(sizeof(int32_t) * (size_t)(T * K));
@@ -246,7 +268,6 @@ static mm_test_result t_device_error_then_right(const mm_rank_ctx* ctx) {
     h[slot] = me_bad ? -5 : h[slot];
     EXPECT(cudaMemcpy(idx_bad, h, sizeof(int32_t) * (size_t)(T * K), cudaMemcpyHostToDevice) == cudaSuccess, "upload");
     free(h);
-    words[0] = words[1] = -1;
   }
   EXPECT(lc_poison(y1, T * H) == 0 && lc_poison(env.g.y, T * H) == 0, "poison");
   const int32_t* word = NULL;
@@ -256,12 +277,11 @@ static mm_test_result t_device_error_then_right(const mm_rank_ctx* ctx) {
   a1.y = y1;
   megamoe_forward_args a2 = lc_args(&c, &env.g, ctx->rank);
   EXPECT(megamoe_forward(env.layer, &a1, ctx->stream) == MEGAMOE_OK, "forward n: %s", megamoe_last_error());
-  if (words && word) cudaMemcpyAsync(&words[0], word, sizeof(int32_t), cudaMemcpyDeviceToHost, ctx->stream);
+  et_keep_word(ctx, words, 0, word);
   EXPECT(megamoe_forward(env.layer, &a2, ctx->stream) == MEGAMOE_OK, "forward n+1: %s", megamoe_last_error());
-  if (words && word) cudaMemcpyAsync(&words[1], word, sizeof(int32_t), cudaMemcpyDeviceToHost, ctx->stream);
-  const megamoe_status st = megamoe_sync(env.layer, ctx->stream);
+  et_keep_word(ctx, words, 1, word);
   char msg[1024];
-  snprintf(msg, sizeof msg, "%s", megamoe_last_error());
+  const megamoe_status st = et_sync(ctx, &env, msg, sizeof msg);
   char where[64];
   snprintf(where, sizeof where, "topk_idx[%d][%d]", slot / (int)K, slot % (int)K);
   bad |= et_expect_failed(ctx, &env, st, msg, MEGAMOE_ERR_BAD_TOPK_INDEX, where, y1, T * H, words ? words[0] : -1,
@@ -295,10 +315,9 @@ static mm_test_result t_peer_error_back_to_back(const mm_rank_ctx* ctx) {
   const int64_t T = c.tokens[ctx->rank], H = c.cfg.hidden;
   const int me_bad = ctx->rank == env.bad_rank;
   void* y1 = NULL;
-  int32_t* words = NULL;
   EXPECT(cudaMalloc(&y1, sizeof(uint16_t) * (size_t)(T * H) + 16) == cudaSuccess, "alloc");
-  EXPECT(cudaMallocHost((void**)&words, 2 * sizeof(int32_t)) == cudaSuccess, "pinned alloc");
-  if (words) words[0] = words[1] = -1;
+  int32_t* words = et_words(2);
+  EXPECT(words != NULL, "pinned alloc");
   EXPECT(lc_poison(y1, T * H) == 0 && lc_poison(env.g.y, T * H) == 0, "poison");
   const int32_t* word = NULL;
   EXPECT(megamoe_error_word(env.layer, &word) == MEGAMOE_OK, "error word");
@@ -309,14 +328,13 @@ static mm_test_result t_peer_error_back_to_back(const mm_rank_ctx* ctx) {
     const megamoe_status s1 = megamoe_forward(env.layer, &a1, ctx->stream);
     EXPECT(s1 == (me_bad ? MEGAMOE_ERR_NULL_POINTER : MEGAMOE_OK), "round %d forward n: %s", round,
            megamoe_last_error());
-    if (words && word) cudaMemcpyAsync(&words[0], word, sizeof(int32_t), cudaMemcpyDeviceToHost, ctx->stream);
+    et_keep_word(ctx, words, 0, word);
     megamoe_forward_args a2 = lc_args(&c, &env.g, ctx->rank);
     EXPECT(megamoe_forward(env.layer, &a2, ctx->stream) == MEGAMOE_OK, "round %d forward n+1: %s", round,
            megamoe_last_error());
-    if (words && word) cudaMemcpyAsync(&words[1], word, sizeof(int32_t), cudaMemcpyDeviceToHost, ctx->stream);
-    const megamoe_status st = megamoe_sync(env.layer, ctx->stream);
+    et_keep_word(ctx, words, 1, word);
     char msg[1024];
-    snprintf(msg, sizeof msg, "%s", megamoe_last_error());
+    const megamoe_status st = et_sync(ctx, &env, msg, sizeof msg);
     bad |= et_expect_failed(ctx, &env, st, msg, MEGAMOE_ERR_NULL_POINTER, "args->x", y1, T * H,
                             words ? words[0] : -1, "forward n");
     if (words) {
@@ -348,9 +366,9 @@ static mm_test_result t_graph_error_word(const mm_rank_ctx* ctx) {
   const int me_bad = ctx->rank == env.bad_rank;
   const size_t idx_bytes = sizeof(int32_t) * (size_t)(T * K);
   void *idx_good = NULL, *idx_bad = NULL;
-  int32_t* words = NULL;
   EXPECT(cudaMalloc(&idx_good, idx_bytes) == cudaSuccess && cudaMalloc(&idx_bad, idx_bytes) == cudaSuccess, "alloc");
-  EXPECT(cudaMallocHost((void**)&words, 3 * sizeof(int32_t)) == cudaSuccess, "pinned alloc");
+  int32_t* words = et_words(3);
+  EXPECT(words != NULL, "pinned alloc");
   if (!bad) {
     int32_t* h = malloc(idx_bytes);
     memcpy(h, env.d.idx[ctx->rank], idx_bytes);
@@ -358,7 +376,6 @@ static mm_test_result t_graph_error_word(const mm_rank_ctx* ctx) {
     h[3] = c.cfg.num_experts; /* one past the last expert */
     EXPECT(cudaMemcpy(idx_bad, h, idx_bytes, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
     free(h);
-    words[0] = words[1] = words[2] = -1;
   }
   const int32_t* word = NULL;
   EXPECT(megamoe_error_word(env.layer, &word) == MEGAMOE_OK, "error word");
@@ -377,7 +394,7 @@ static mm_test_result t_graph_error_word(const mm_rank_ctx* ctx) {
     if (src) cudaMemcpyAsync(env.g.idx, src, idx_bytes, cudaMemcpyDeviceToDevice, ctx->stream);
     cudaMemsetAsync(env.g.y, 0xFF, sizeof(uint16_t) * (size_t)(T * H) + 16, ctx->stream);
     if (exec) EXPECT(cudaGraphLaunch(exec, ctx->stream) == cudaSuccess, "replay %d", replay);
-    if (words && word) cudaMemcpyAsync(&words[replay], word, sizeof(int32_t), cudaMemcpyDeviceToHost, ctx->stream);
+    et_keep_word(ctx, words, replay, word);
     if (replay == 0) {
       /* The failed replay wrote nothing to y: checked before the next replay
        * overwrites it (a plain stream sync, not megamoe_sync). */
@@ -392,9 +409,8 @@ static mm_test_result t_graph_error_word(const mm_rank_ctx* ctx) {
     EXPECT(words[1] == 0 && words[2] == 0, "words after replays 1, 2: %d %d", words[1], words[2]);
   }
   EXPECT(lc_check_output(&c, &env.d, ctx->rank, env.g.y, "replay 2") == 0, "replay output");
-  const megamoe_status st = megamoe_sync(env.layer, ctx->stream);
   char msg[1024];
-  snprintf(msg, sizeof msg, "%s", megamoe_last_error());
+  const megamoe_status st = et_sync(ctx, &env, msg, sizeof msg);
   if (me_bad) {
     EXPECT(st == MEGAMOE_ERR_BAD_TOPK_INDEX && strstr(msg, "topk_idx[1][0]"), "sync: %s: %s",
            megamoe_status_string(st), msg);
@@ -475,9 +491,8 @@ static mm_test_result t_pool_overflow(const mm_rank_ctx* ctx) {
   a.num_tokens = Tmax;
   a.y = y;
   EXPECT(megamoe_forward(env.layer, &a, ctx->stream) == MEGAMOE_OK, "forward: %s", megamoe_last_error());
-  const megamoe_status st = megamoe_sync(env.layer, ctx->stream);
   char msg[1024], text[64];
-  snprintf(msg, sizeof msg, "%s", megamoe_last_error());
+  const megamoe_status st = et_sync(ctx, &env, msg, sizeof msg);
   snprintf(text, sizeof text, "expert %d (local %d)", expert, expert % El);
   bad |= et_expect_failed(ctx, &env, st, msg, MEGAMOE_ERR_TOO_MANY_TOKENS, text, y, Tmax * H, read_word(env.layer),
                           "overflow");

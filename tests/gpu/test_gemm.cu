@@ -54,15 +54,6 @@ namespace {
 
 /* ---- small host helpers ----------------------------------------------------- */
 
-#define CUDA_OK(call)                                                                             \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      fprintf(stderr, "    CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      return MM_TEST_FAIL;                                                                        \
-    }                                                                                             \
-  } while (0)
-
 uint64_t test_seed() {
   const char* s = getenv("MEGAMOE_TEST_SEED");
   return s ? strtoull(s, NULL, 0) : 0x5eed0004ull;

@@ -11,242 +11,25 @@
  * the wrong quantization group (each of which the old diff < 0.01 passed) is
  * proven on planted bugs in tests/unit/test_ref_check.c. Here,
  * MEGAMOE_TEST_PLANT_BUG=1 zeroes one row of every downloaded output before
- * it is checked (lt_compare): every layer test that checks an output with
- * tokens must then FAIL, which proves the wiring from the device output to
- * the verdict on the GPU machine. (The planted zero row is also what the
- * CPU-side sanity run of this file's routing, reference and checker, made
+ * it is checked (lc_compare, layer_case.c): every layer test that checks an
+ * output with tokens must then FAIL, which proves the wiring from the device
+ * output to the verdict on the GPU machine. (The planted zero row is also
+ * what the CPU-side sanity run of the routing, reference and checker, made
  * without a GPU while writing it, saw fail on every rank.)
  *
  * Masked slots carry NaN routing weights (nothing may read them).
  *
  * Collective calls (create, forward, destroy) are made by every rank whatever
  * happened locally, so a local failure never leaves a peer waiting. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
 
+#include "layer_case.h"
 #include "rank_ctx.h"
 #include "ref.h"
-#include "ref_check.h"
-
-/* ---- One problem: global weights, every rank's tokens, this rank's reference */
-typedef struct lt_case {
-  megamoe_config cfg;
-  int64_t tokens[MEGAMOE_MAX_RANKS]; /* T of each rank */
-  double mask_ratio;                 /* fraction of slots set to -1 */
-  int one_expert;                    /* >= 0: every token's slot 0 goes there, other slots masked */
-  int one_rank;                      /* >= 0: every slot goes to distinct experts of this rank (K <= E_l) */
-  int repeat_expert;                 /* 1: slots of a token share an expert (patterns in fill_routing) */
-  int idx64;                         /* int64 top-k indices */
-  uint64_t seed;                     /* tokens and routing */
-  uint64_t weight_seed;              /* weights (0: same as seed) */
-} lt_case;
-
-typedef struct lt_data {
-  int R, El;
-  uint8_t *w1, *w2;    /* global [E][2I][H], [E][H][I] */
-  float *w1_sf, *w2_sf;
-  uint8_t* x[MEGAMOE_MAX_RANKS];
-  float* x_sf[MEGAMOE_MAX_RANKS];
-  int32_t* idx[MEGAMOE_MAX_RANKS];
-  float* w[MEGAMOE_MAX_RANKS];
-  uint16_t* y_ref; /* this rank's tokens */
-} lt_data;
-
-static void lt_free(lt_data* d) {
-  free(d->w1);
-  free(d->w2);
-  free(d->w1_sf);
-  free(d->w2_sf);
-  for (int r = 0; r < MEGAMOE_MAX_RANKS; ++r) {
-    free(d->x[r]);
-    free(d->x_sf[r]);
-    free(d->idx[r]);
-    free(d->w[r]);
-  }
-  free(d->y_ref);
-  memset(d, 0, sizeof *d);
-}
-
-/* Weights use the fp8 range (values ~ N(0, 64^2)) with block scales that make
- * the effective weight ~ N(0, 1/K_dim), so activations stay O(1). */
-static void fill_weights(mm_rng* g, uint8_t* w, float* sf, int64_t experts, int64_t rows, int64_t cols) {
-  for (int64_t i = 0; i < experts * rows * cols; ++i) w[i] = ref_e4m3_encode((float)(mm_rng_normal(g) * 64.0));
-  const int64_t n_sf = experts * (rows / 128) * (cols / 128);
-  for (int64_t i = 0; i < n_sf; ++i)
-    sf[i] = (float)((0.5 + mm_rng_uniform(g)) / 64.0 / sqrt((double)cols));
-}
-
-/* Tokens the way a producer quantizes them: per 128 channels, sf = amax / 448. */
-static void fill_tokens(mm_rng* g, uint8_t* x, float* x_sf, int64_t T, int64_t H) {
-  float row[128];
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t b = 0; b < H / 128; ++b) {
-      for (int i = 0; i < 128; ++i) row[i] = (float)mm_rng_normal(g);
-      ref_quantize_group(row, 128, x + t * H + b * 128, &x_sf[t * (H / 128) + b]);
-    }
-}
-
-/* Top-k of T tokens: K distinct experts per token (from all E, or from the
- * E_l experts of rank one_rank), weights in [0.05, 1.05); then, with
- * repeat_expert, slots that share an expert (token t % 3 == 0: slot 1 takes
- * slot 0's expert; 1: slot K-1 does; 2: every slot does; the contract treats
- * each slot on its own); then each slot masked with probability mask_ratio;
- * with one_expert, slot 0 goes there and the rest are masked. A masked slot
- * is -1 with a NaN weight: nothing may read it. */
-static int fill_routing(mm_rng* g, const lt_case* c, int El, int32_t* idx, float* w, int64_t T) {
-  const int K = c->cfg.top_k;
-  const int first = c->one_rank >= 0 ? c->one_rank * El : 0;
-  const int choices = c->one_rank >= 0 ? El : c->cfg.num_experts;
-  if (K > choices) {
-    fprintf(stderr, "    fill_routing: K %d distinct experts out of %d\n", K, choices);
-    return -1;
-  }
-  for (int64_t t = 0; t < T; ++t) {
-    int32_t* ti = idx + t * K;
-    float* tw = w + t * K;
-    for (int k = 0; k < K; ++k) { /* distinct experts per token */
-      int e;
-      int fresh;
-      do {
-        e = first + (int)mm_rng_below(g, (uint64_t)choices);
-        fresh = 1;
-        for (int j = 0; j < k; ++j) fresh &= ti[j] != e;
-      } while (!fresh);
-      ti[k] = e;
-      tw[k] = (float)(0.05 + mm_rng_uniform(g));
-    }
-    if (c->repeat_expert && K >= 2) {
-      if (t % 3 == 0) ti[1] = ti[0];
-      else if (t % 3 == 1) ti[K - 1] = ti[0];
-      else
-        for (int k = 1; k < K; ++k) ti[k] = ti[0];
-    }
-    for (int k = 0; k < K; ++k)
-      if (mm_rng_uniform(g) < c->mask_ratio) ti[k] = -1;
-    if (c->one_expert >= 0)
-      for (int k = 0; k < K; ++k) ti[k] = k == 0 ? c->one_expert : -1;
-    for (int k = 0; k < K; ++k)
-      if (ti[k] < 0) tw[k] = NAN;
-  }
-  return 0;
-}
-
-/* The reference for this rank's tokens only (a token depends on nothing
- * else), into d->y_ref, from d's weights and every rank's routing. */
-static int lt_reference(const lt_case* c, lt_data* d, int rank) {
-  const int64_t H = c->cfg.hidden, I = c->cfg.intermediate;
-  ref_rank_data rd[MEGAMOE_MAX_RANKS];
-  memset(rd, 0, sizeof rd);
-  for (int r = 0; r < d->R; ++r) {
-    rd[r].num_tokens = r == rank ? c->tokens[r] : 0;
-    rd[r].x = d->x[r];
-    rd[r].x_sf = d->x_sf[r];
-    rd[r].topk_idx = d->idx[r];
-    rd[r].topk_w = d->w[r];
-    rd[r].y = r == rank ? d->y_ref : NULL;
-    rd[r].w1 = d->w1 + (int64_t)r * d->El * 2 * I * H;
-    rd[r].w1_sf = d->w1_sf + (int64_t)r * d->El * (2 * I / 128) * (H / 128);
-    rd[r].w2 = d->w2 + (int64_t)r * d->El * H * I;
-    rd[r].w2_sf = d->w2_sf + (int64_t)r * d->El * (H / 128) * (I / 128);
-  }
-  if (ref_layer_forward(&c->cfg, d->R, rd) != MEGAMOE_OK) {
-    fprintf(stderr, "    reference failed: %s\n", megamoe_last_error());
-    return -1;
-  }
-  return 0;
-}
-
-/* Builds the whole problem (identical on every rank) and this rank's reference. */
-static int lt_build(const lt_case* c, int R, int rank, lt_data* d) {
-  memset(d, 0, sizeof *d);
-  const megamoe_config* cfg = &c->cfg;
-  const int64_t H = cfg->hidden, I = cfg->intermediate, E = cfg->num_experts, K = cfg->top_k;
-  d->R = R;
-  d->El = (int)(E / R);
-  mm_rng wg = {c->weight_seed ? c->weight_seed : c->seed};
-  mm_rng g = {c->seed ^ 0x70cc3115ull};
-  d->w1 = malloc((size_t)(E * 2 * I * H));
-  d->w2 = malloc((size_t)(E * H * I));
-  d->w1_sf = malloc(sizeof(float) * (size_t)(E * (2 * I / 128) * (H / 128)));
-  d->w2_sf = malloc(sizeof(float) * (size_t)(E * (H / 128) * (I / 128)));
-  if (!d->w1 || !d->w2 || !d->w1_sf || !d->w2_sf) return -1;
-  fill_weights(&wg, d->w1, d->w1_sf, E, 2 * I, H);
-  fill_weights(&wg, d->w2, d->w2_sf, E, H, I);
-  for (int r = 0; r < R; ++r) {
-    const int64_t T = c->tokens[r];
-    d->x[r] = malloc((size_t)(T * H) + 1);
-    d->x_sf[r] = malloc(sizeof(float) * (size_t)(T * (H / 128)) + 1);
-    d->idx[r] = malloc(sizeof(int32_t) * (size_t)(T * K) + 1);
-    d->w[r] = malloc(sizeof(float) * (size_t)(T * K) + 1);
-    if (!d->x[r] || !d->x_sf[r] || !d->idx[r] || !d->w[r]) return -1;
-    fill_tokens(&g, d->x[r], d->x_sf[r], T, H);
-    if (fill_routing(&g, c, d->El, d->idx[r], d->w[r], T) != 0) return -1;
-  }
-  d->y_ref = malloc(sizeof(uint16_t) * (size_t)(c->tokens[rank] * H) + 1);
-  if (!d->y_ref) return -1;
-  return lt_reference(c, d, rank);
-}
-
-/* ---- Device side ------------------------------------------------------- */
-typedef struct lt_device {
-  void *w1, *w2, *w1_sf, *w2_sf;
-  void *x, *x_sf, *idx, *w, *y;
-} lt_device;
-
-static void lt_device_free(lt_device* g) {
-  void* ptrs[] = {g->w1, g->w2, g->w1_sf, g->w2_sf, g->x, g->x_sf, g->idx, g->w, g->y};
-  for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; ++i) cudaFree(ptrs[i]);
-  memset(g, 0, sizeof *g);
-}
-
-static int upload(void** dst, const void* src, size_t bytes) {
-  if (cudaMalloc(dst, bytes ? bytes : 16) != cudaSuccess) return -1;
-  if (bytes && cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return -1;
-  return 0;
-}
-
-/* This rank's weights and inputs on the device; top-k as int32 or int64. */
-static int lt_upload(const lt_case* c, const lt_data* d, int rank, lt_device* g) {
-  memset(g, 0, sizeof *g);
-  const megamoe_config* cfg = &c->cfg;
-  const int64_t H = cfg->hidden, I = cfg->intermediate, K = cfg->top_k, El = d->El;
-  const int64_t T = c->tokens[rank];
-  int bad = 0;
-  bad |= upload(&g->w1, d->w1 + rank * El * 2 * I * H, (size_t)(El * 2 * I * H));
-  bad |= upload(&g->w1_sf, d->w1_sf + rank * El * (2 * I / 128) * (H / 128), sizeof(float) * (size_t)(El * (2 * I / 128) * (H / 128)));
-  bad |= upload(&g->w2, d->w2 + rank * El * H * I, (size_t)(El * H * I));
-  bad |= upload(&g->w2_sf, d->w2_sf + rank * El * (H / 128) * (I / 128), sizeof(float) * (size_t)(El * (H / 128) * (I / 128)));
-  bad |= upload(&g->x, d->x[rank], (size_t)(T * H));
-  bad |= upload(&g->x_sf, d->x_sf[rank], sizeof(float) * (size_t)(T * (H / 128)));
-  bad |= upload(&g->w, d->w[rank], sizeof(float) * (size_t)(T * K));
-  if (c->idx64) {
-    int64_t* wide = malloc(sizeof(int64_t) * (size_t)(T * K) + 1);
-    for (int64_t i = 0; i < T * K; ++i) wide[i] = d->idx[rank][i];
-    bad |= upload(&g->idx, wide, sizeof(int64_t) * (size_t)(T * K));
-    free(wide);
-  } else {
-    bad |= upload(&g->idx, d->idx[rank], sizeof(int32_t) * (size_t)(T * K));
-  }
-  bad |= cudaMalloc(&g->y, sizeof(uint16_t) * (size_t)(T * H) + 16) != cudaSuccess;
-  return bad ? -1 : 0;
-}
-
-static megamoe_forward_args lt_args(const lt_case* c, const lt_device* g, int rank) {
-  megamoe_forward_args a;
-  memset(&a, 0, sizeof a);
-  a.x = g->x;
-  a.x_sf = g->x_sf;
-  a.topk_idx = g->idx;
-  a.topk_idx_type = c->idx64 ? MEGAMOE_INDEX_INT64 : MEGAMOE_INDEX_INT32;
-  a.topk_w = g->w;
-  a.num_tokens = c->tokens[rank];
-  a.y = g->y;
-  return a;
-}
 
 /* Poisons y (0xFFFF is a bf16 NaN), runs one forward, syncs. */
 static megamoe_status lt_forward(megamoe_layer* layer, const mm_rank_ctx* ctx, const megamoe_forward_args* a,
@@ -258,64 +41,21 @@ static megamoe_status lt_forward(megamoe_layer* layer, const mm_rank_ctx* ctx, c
   return st != MEGAMOE_OK ? st : st2;
 }
 
-/* MEGAMOE_TEST_PLANT_BUG set (and not "0"): outputs get a planted bug before
- * they are checked (see the top of the file). */
-static int lt_plant_bug(void) {
-  const char* v = getenv("MEGAMOE_TEST_PLANT_BUG");
-  return v && *v && strcmp(v, "0") != 0;
-}
-
-/* Judges this rank's y against the reference with ref_check_output (every
- * token; see ref/ref_check.h) and prints the statistics line. 0: pass. */
-static int lt_compare(const lt_case* c, const lt_data* d, int rank, uint16_t* y, const char* what) {
-  const int64_t T = c->tokens[rank], H = c->cfg.hidden, K = c->cfg.top_k;
-  if (lt_plant_bug() && T > 0) {
-    /* The first token with a live slot loses its row; with none, a masked
-     * token gets a nonzero element (either must fail). */
-    int64_t victim = -1;
-    for (int64_t t = 0; t < T && victim < 0; ++t)
-      for (int k = 0; k < K; ++k)
-        if (d->idx[rank][t * K + k] >= 0) victim = t;
-    if (victim >= 0) memset(y + victim * H, 0, sizeof(uint16_t) * (size_t)H);
-    else y[0] = 0x3F80; /* 1.0 */
-  }
-  ref_check_stats s;
-  const int pass = ref_check_output(y, d->y_ref, T, H, d->idx[rank], K, NULL, &s);
-  char label[192];
-  snprintf(label, sizeof label, "    %s rank %d (%s H %lld I %lld K %d G %d)", what, rank,
-           megamoe_arm_name(c->cfg.arm), (long long)H, (long long)c->cfg.intermediate, (int)K,
-           (int)c->cfg.quant_group);
-  ref_check_print(stdout, label, &s);
-  fflush(stdout);
-  if (!pass) {
-    fprintf(stderr, "    %s rank %d: output check failed: %s", what, rank, ref_check_failure_name(s.first_failure));
-    if (s.first_failure_token >= 0) fprintf(stderr, " at token %lld", (long long)s.first_failure_token);
-    if (s.first_failure == REF_CHECK_NONFINITE)
-      fprintf(stderr, " (%lld NaN/Inf elements: unwritten or bad)", (long long)s.nonfinite);
-    fputc('\n', stderr);
-  }
-  return pass ? 0 : -1;
-}
-
-static int lt_download(const lt_device* g, int64_t n, uint16_t* host) {
-  return n == 0 ? 0 : cudaMemcpy(host, g->y, sizeof(uint16_t) * (size_t)n, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
-}
-
 /* Runs a case `calls` times on one layer; every call is checked, and with
  * calls > 1 every output must be bitwise the first. */
-static mm_test_result lt_run(const mm_rank_ctx* ctx, const lt_case* c, int calls) {
-  lt_data d;
-  lt_device g;
-  int local_bad = lt_build(c, ctx->num_ranks, ctx->rank, &d) != 0;
+static mm_test_result lt_run(const mm_rank_ctx* ctx, const lc_case* c, int calls) {
+  lc_data d;
+  lc_device g;
+  int local_bad = lc_build(c, ctx->num_ranks, ctx->rank, &d) != 0;
   memset(&g, 0, sizeof g);
-  if (!local_bad) local_bad = lt_upload(c, &d, ctx->rank, &g) != 0;
+  if (!local_bad) local_bad = lc_upload(c, &d, ctx->rank, &g) != 0;
 
   megamoe_layer* layer = NULL;
   megamoe_status st = megamoe_create(&c->cfg, ctx->comm, &layer); /* collective: agrees on failure */
   if (st != MEGAMOE_OK) {
     fprintf(stderr, "    rank %d: megamoe_create: %s\n", ctx->rank, megamoe_last_error());
-    lt_device_free(&g);
-    lt_free(&d);
+    lc_device_free(&g);
+    lc_free(&d);
     return MM_TEST_FAIL;
   }
   const int64_t H = c->cfg.hidden, T = c->tokens[ctx->rank];
@@ -328,7 +68,7 @@ static mm_test_result lt_run(const mm_rank_ctx* ctx, const lt_case* c, int calls
   uint16_t* first = malloc(sizeof(uint16_t) * (size_t)(T * H) + 1);
   if (!y || !first) local_bad = 1;
   for (int call = 0; call < calls; ++call) {
-    megamoe_forward_args a = lt_args(c, &g, ctx->rank);
+    megamoe_forward_args a = lc_args(c, &g, ctx->rank);
     if (local_bad) a.num_tokens = 0; /* still take part, so peers do not wait */
     st = lt_forward(layer, ctx, &a, H);
     if (st != MEGAMOE_OK) {
@@ -337,7 +77,7 @@ static mm_test_result lt_run(const mm_rank_ctx* ctx, const lt_case* c, int calls
       continue;
     }
     if (local_bad) continue;
-    if (lt_download(&g, T * H, y) != 0 || lt_compare(c, &d, ctx->rank, y, "forward") != 0) {
+    if (lc_download(g.y, T * H, y) != 0 || lc_compare(c, &d, ctx->rank, y, "forward") != 0) {
       local_bad = 1;
       continue;
     }
@@ -350,22 +90,15 @@ static mm_test_result lt_run(const mm_rank_ctx* ctx, const lt_case* c, int calls
   if (megamoe_destroy(layer) != MEGAMOE_OK) local_bad = 1;
   free(y);
   free(first);
-  lt_device_free(&g);
-  lt_free(&d);
+  lc_device_free(&g);
+  lc_free(&d);
   return local_bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
-/* A case with every rank holding T tokens. */
-static lt_case lt_make(const mm_rank_ctx* ctx, int64_t H, int64_t I, int E, int K, int64_t T, uint64_t salt) {
-  lt_case c;
-  memset(&c, 0, sizeof c);
-  c.cfg = megamoe_config_make(H, I, E, K, T > 0 ? T : 1);
+/* A case with every rank holding T tokens (lc_make), timeout 30 s. */
+static lc_case lt_make(const mm_rank_ctx* ctx, int64_t H, int64_t I, int E, int K, int64_t T, uint64_t salt) {
+  lc_case c = lc_make(ctx, H, I, E, K, T, salt);
   c.cfg.timeout_s = 30.0;
-  c.cfg.arm = mm_test_arm();
-  for (int r = 0; r < ctx->num_ranks; ++r) c.tokens[r] = T;
-  c.one_expert = -1;
-  c.one_rank = -1;
-  c.seed = ctx->seed * 1000003u + salt;
   return c;
 }
 
@@ -376,16 +109,16 @@ static lt_case lt_make(const mm_rank_ctx* ctx, int64_t H, int64_t I, int E, int 
  * the weights (equal cfg and weight_seed; tokens, routing and T differ).
  * Every forward is checked. */
 #define LT_MAX_SERIES 8
-static mm_test_result lt_run_series(const mm_rank_ctx* ctx, const lt_case* cases, int n, const char* what) {
+static mm_test_result lt_run_series(const mm_rank_ctx* ctx, const lc_case* cases, int n, const char* what) {
   if (n < 1 || n > LT_MAX_SERIES) return MM_TEST_FAIL; /* the same on every rank: nobody waits */
-  lt_data data[LT_MAX_SERIES];
-  lt_device dev[LT_MAX_SERIES];
+  lc_data data[LT_MAX_SERIES];
+  lc_device dev[LT_MAX_SERIES];
   memset(data, 0, sizeof data);
   memset(dev, 0, sizeof dev);
   int bad = 0;
   for (int i = 0; i < n && !bad; ++i) {
-    bad |= lt_build(&cases[i], ctx->num_ranks, ctx->rank, &data[i]) != 0;
-    if (!bad) bad |= lt_upload(&cases[i], &data[i], ctx->rank, &dev[i]) != 0;
+    bad |= lc_build(&cases[i], ctx->num_ranks, ctx->rank, &data[i]) != 0;
+    if (!bad) bad |= lc_upload(&cases[i], &data[i], ctx->rank, &dev[i]) != 0;
   }
   megamoe_layer* layer = NULL;
   if (megamoe_create(&cases[0].cfg, ctx->comm, &layer) != MEGAMOE_OK) { /* collective: agrees on failure */
@@ -398,7 +131,7 @@ static mm_test_result lt_run_series(const mm_rank_ctx* ctx, const lt_case* cases
       bad = 1;
     }
     for (int i = 0; i < n; ++i) {
-      megamoe_forward_args a = lt_args(&cases[i], &dev[i], ctx->rank);
+      megamoe_forward_args a = lc_args(&cases[i], &dev[i], ctx->rank);
       if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
       megamoe_status st = lt_forward(layer, ctx, &a, cases[0].cfg.hidden);
       if (st != MEGAMOE_OK) {
@@ -410,15 +143,15 @@ static mm_test_result lt_run_series(const mm_rank_ctx* ctx, const lt_case* cases
       if (bad) continue;
       const int64_t elems = cases[i].tokens[ctx->rank] * cases[0].cfg.hidden;
       uint16_t* y = malloc(sizeof(uint16_t) * (size_t)elems + 1);
-      if (!y || lt_download(&dev[i], elems, y) != 0 || lt_compare(&cases[i], &data[i], ctx->rank, y, what) != 0)
+      if (!y || lc_download(dev[i].y, elems, y) != 0 || lc_compare(&cases[i], &data[i], ctx->rank, y, what) != 0)
         bad = 1;
       free(y);
     }
     if (megamoe_destroy(layer) != MEGAMOE_OK) bad = 1;
   }
   for (int i = 0; i < n; ++i) {
-    lt_device_free(&dev[i]);
-    lt_free(&data[i]);
+    lc_device_free(&dev[i]);
+    lc_free(&data[i]);
   }
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
@@ -449,19 +182,19 @@ static int lt_bitwise_equal(const uint16_t* want, const uint16_t* got, int64_t n
  * MEGAMOE_ERR_NOT_IMPLEMENTED is skipped and said so (the same on every rank:
  * create checks the arm before any collective step). Every rank makes every
  * create, forward and destroy, whatever happened locally. */
-static mm_test_result lt_run_arms(const mm_rank_ctx* ctx, const lt_case* base) {
-  lt_data d;
-  lt_device g;
+static mm_test_result lt_run_arms(const mm_rank_ctx* ctx, const lc_case* base) {
+  lc_data d;
+  lc_device g;
   memset(&g, 0, sizeof g);
-  int bad = lt_build(base, ctx->num_ranks, ctx->rank, &d) != 0;
-  if (!bad) bad = lt_upload(base, &d, ctx->rank, &g) != 0;
+  int bad = lc_build(base, ctx->num_ranks, ctx->rank, &d) != 0;
+  if (!bad) bad = lc_upload(base, &d, ctx->rank, &g) != 0;
   const int64_t H = base->cfg.hidden, T = base->tokens[ctx->rank];
   uint16_t* staged = malloc(sizeof(uint16_t) * (size_t)(T * H) + 1);
   uint16_t* y = malloc(sizeof(uint16_t) * (size_t)(T * H) + 1);
   if (!staged || !y) bad = 1;
   int have_staged = 0, arms_run = 0;
   for (int arm = 0; arm < MEGAMOE_ARM_COUNT; ++arm) {
-    lt_case c = *base;
+    lc_case c = *base;
     c.cfg.arm = (megamoe_arm)arm;
     const char* name = megamoe_arm_name(c.cfg.arm);
     megamoe_layer* layer = NULL;
@@ -481,7 +214,7 @@ static mm_test_result lt_run_arms(const mm_rank_ctx* ctx, const lt_case* base) {
       fprintf(stderr, "    rank %d: arm %s: prepare: %s\n", ctx->rank, name, megamoe_last_error());
       bad = 1;
     }
-    megamoe_forward_args a = lt_args(&c, &g, ctx->rank);
+    megamoe_forward_args a = lc_args(&c, &g, ctx->rank);
     if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
     st = lt_forward(layer, ctx, &a, H);
     if (st != MEGAMOE_OK) {
@@ -489,7 +222,7 @@ static mm_test_result lt_run_arms(const mm_rank_ctx* ctx, const lt_case* base) {
               megamoe_last_error());
       bad = 1;
     } else if (!bad) {
-      if (lt_download(&g, T * H, y) != 0 || lt_compare(&c, &d, ctx->rank, y, "arms") != 0) {
+      if (lc_download(g.y, T * H, y) != 0 || lc_compare(&c, &d, ctx->rank, y, "arms") != 0) {
         bad = 1;
       } else if (c.cfg.arm == MEGAMOE_ARM_STAGED) {
         memcpy(staged, y, sizeof(uint16_t) * (size_t)(T * H));
@@ -508,14 +241,14 @@ static mm_test_result lt_run_arms(const mm_rank_ctx* ctx, const lt_case* base) {
   if (arms_run == 0) bad = 1; /* the staged arm at least must run */
   free(staged);
   free(y);
-  lt_device_free(&g);
-  lt_free(&d);
+  lc_device_free(&g);
+  lc_free(&d);
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
 /* ---- Tests ------------------------------------------------------------- */
 static mm_test_result t_smoke(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 512, 512, 8, 2, 64, 1);
+  lc_case c = lt_make(ctx, 512, 512, 8, 2, 64, 1);
   c.cfg.num_experts = 8 % ctx->num_ranks == 0 ? 8 : EXPERTS(ctx, 4);
   return lt_run(ctx, &c, 1);
 }
@@ -530,7 +263,7 @@ static mm_test_result t_shapes(const mm_rank_ctx* ctx) {
   for (int hi = 0; hi < 2; ++hi)
     for (int ii = 0; ii < 2; ++ii)
       for (int ki = 0; ki < 3; ++ki) {
-        lt_case c = lt_make(ctx, dims[hi], dims[ii], EXPERTS(ctx, 4), ks[ki], 128, 100 + hi * 10 + ii * 3 + ki);
+        lc_case c = lt_make(ctx, dims[hi], dims[ii], EXPERTS(ctx, 4), ks[ki], 128, 100 + hi * 10 + ii * 3 + ki);
         if (lt_run(ctx, &c, 1) != MM_TEST_PASS) {
           fprintf(stderr, "    shape H %lld I %lld K %d failed\n", (long long)dims[hi], (long long)dims[ii], ks[ki]);
           bad = 1;
@@ -540,62 +273,62 @@ static mm_test_result t_shapes(const mm_rank_ctx* ctx) {
 }
 
 static mm_test_result t_zero_tokens_one_rank(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 512, 256, EXPERTS(ctx, 4), 2, 48, 2);
+  lc_case c = lt_make(ctx, 512, 256, EXPERTS(ctx, 4), 2, 48, 2);
   c.tokens[ctx->num_ranks - 1] = 0;
   return lt_run(ctx, &c, 1);
 }
 
 static mm_test_result t_zero_tokens_all(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 512, 256, EXPERTS(ctx, 4), 2, 48, 3);
+  lc_case c = lt_make(ctx, 512, 256, EXPERTS(ctx, 4), 2, 48, 3);
   for (int r = 0; r < ctx->num_ranks; ++r) c.tokens[r] = 0;
   return lt_run(ctx, &c, 1);
 }
 
 static mm_test_result t_all_masked(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 256, 256, EXPERTS(ctx, 4), 3, 40, 4);
+  lc_case c = lt_make(ctx, 256, 256, EXPERTS(ctx, 4), 3, 40, 4);
   c.mask_ratio = 1.0;
   return lt_run(ctx, &c, 1);
 }
 
 static mm_test_result t_masked_30(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 4, 96, 5);
+  lc_case c = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 4, 96, 5);
   c.mask_ratio = 0.3;
   return lt_run(ctx, &c, 1);
 }
 
 static mm_test_result t_masked_70(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 4, 96, 6);
+  lc_case c = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 4, 96, 6);
   c.mask_ratio = 0.7;
   return lt_run(ctx, &c, 1);
 }
 
 static mm_test_result t_one_expert(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 512, 384, EXPERTS(ctx, 4), 2, 200, 7);
+  lc_case c = lt_make(ctx, 512, 384, EXPERTS(ctx, 4), 2, 200, 7);
   c.one_expert = c.cfg.num_experts - 1; /* on the last rank */
   return lt_run(ctx, &c, 1);
 }
 
 static mm_test_result t_full_capacity(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 512, 512, EXPERTS(ctx, 2), 2, 300, 8);
+  lc_case c = lt_make(ctx, 512, 512, EXPERTS(ctx, 2), 2, 300, 8);
   c.cfg.max_tokens_per_rank = 300; /* T = T_max on every rank */
   return lt_run(ctx, &c, 1);
 }
 
 static mm_test_result t_clamp(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 2, 64, 9);
+  lc_case c = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 2, 64, 9);
   c.cfg.has_swiglu_clamp = 1;
   c.cfg.swiglu_clamp = 1.0f;
   return lt_run(ctx, &c, 1);
 }
 
 static mm_test_result t_group64(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 512, 640, EXPERTS(ctx, 4), 2, 64, 10);
+  lc_case c = lt_make(ctx, 512, 640, EXPERTS(ctx, 4), 2, 64, 10);
   c.cfg.quant_group = 64;
   return lt_run(ctx, &c, 1);
 }
 
 static mm_test_result t_group128_int64(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 384, 640, EXPERTS(ctx, 3), 3, 64, 11);
+  lc_case c = lt_make(ctx, 384, 640, EXPERTS(ctx, 3), 3, 64, 11);
   c.cfg.quant_group = 128;
   c.idx64 = 1;
   return lt_run(ctx, &c, 1);
@@ -611,7 +344,7 @@ static mm_test_result t_random(const mm_rank_ctx* ctx) {
     const int E = EXPERTS(ctx, (int)(1 + mm_rng_below(&g, 6)));
     const int K = (int)(1 + mm_rng_below(&g, (uint64_t)(E < 6 ? E : 6)));
     const int64_t Tmax = (int64_t)(1 + mm_rng_below(&g, 160));
-    lt_case c = lt_make(ctx, H, I, E, K, Tmax, 1000 + i);
+    lc_case c = lt_make(ctx, H, I, E, K, Tmax, 1000 + i);
     for (int r = 0; r < ctx->num_ranks; ++r) c.tokens[r] = (int64_t)mm_rng_below(&g, (uint64_t)Tmax + 1);
     c.cfg.quant_group = mm_rng_below(&g, 2) ? 64 : 128;
     if (mm_rng_below(&g, 3) == 0) {
@@ -630,15 +363,15 @@ static mm_test_result t_random(const mm_rank_ctx* ctx) {
 }
 
 static mm_test_result t_run_to_run(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 1024, 512, EXPERTS(ctx, 4), 4, 160, 12);
+  lc_case c = lt_make(ctx, 1024, 512, EXPERTS(ctx, 4), 4, 160, 12);
   return lt_run(ctx, &c, 3);
 }
 
 /* Four forwards with different T and routing on one layer object. */
 static mm_test_result t_reuse(const mm_rank_ctx* ctx) {
-  lt_case base = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 2, 256, 13);
+  lc_case base = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 2, 256, 13);
   base.weight_seed = base.seed; /* one set of weights for the four calls */
-  lt_case cases[4];
+  lc_case cases[4];
   for (int i = 0; i < 4; ++i) {
     cases[i] = base;
     cases[i].seed = base.seed + 17u * (uint64_t)(i + 1);
@@ -654,7 +387,7 @@ static mm_test_result t_reuse(const mm_rank_ctx* ctx) {
  * experts receive R * T_max rows each, the worst case the pool is sized for.
  * T_max is not a multiple of any tile. */
 static mm_test_result t_pool_capacity(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 256, 256, EXPERTS(ctx, 4), 4, 300, 17);
+  lc_case c = lt_make(ctx, 256, 256, EXPERTS(ctx, 4), 4, 300, 17);
   c.one_rank = ctx->num_ranks - 1;
   return lt_run(ctx, &c, 1);
 }
@@ -663,11 +396,11 @@ static mm_test_result t_pool_capacity(const mm_rank_ctx* ctx) {
  * on one expert; fill_routing's patterns), with some slots masked: the
  * contract computes each slot on its own and sums them in slot order. */
 static mm_test_result t_repeated_expert(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 256, 384, EXPERTS(ctx, 3), 3, 96, 18);
+  lc_case c = lt_make(ctx, 256, 384, EXPERTS(ctx, 3), 3, 96, 18);
   c.repeat_expert = 1;
   c.mask_ratio = 0.15;
   int bad = lt_run(ctx, &c, 1) != MM_TEST_PASS;
-  lt_case k2 = lt_make(ctx, 384, 256, EXPERTS(ctx, 2), 2, 64, 19); /* K = 2: slot 1 = slot 0 on every token */
+  lc_case k2 = lt_make(ctx, 384, 256, EXPERTS(ctx, 2), 2, 64, 19); /* K = 2: slot 1 = slot 0 on every token */
   k2.repeat_expert = 1;
   k2.idx64 = 1;
   bad |= lt_run(ctx, &k2, 1) != MM_TEST_PASS;
@@ -682,10 +415,10 @@ static mm_test_result t_repeated_expert(const mm_rank_ctx* ctx) {
  * rank with another). */
 static mm_test_result t_odd_token_counts(const mm_rank_ctx* ctx) {
   static const int64_t counts[4] = {1, 127, 4097, 0};
-  lt_case base = lt_make(ctx, 256, 256, EXPERTS(ctx, 4), 2, 4097, 20);
+  lc_case base = lt_make(ctx, 256, 256, EXPERTS(ctx, 4), 2, 4097, 20);
   base.weight_seed = base.seed;
   base.mask_ratio = 0.1;
-  lt_case cases[4];
+  lc_case cases[4];
   for (int p = 0; p < 4; ++p) {
     cases[p] = base;
     cases[p].seed = base.seed + 29u * (uint64_t)(p + 1);
@@ -706,7 +439,7 @@ static mm_test_result t_arms_bitwise(const mm_rank_ctx* ctx) {
     if (ctx->rank == 0) printf("    the staged arm is on the simple engine here: arms compared on wgmma only\n");
     return MM_TEST_SKIP;
   }
-  lt_case cases[3];
+  lc_case cases[3];
   cases[0] = lt_make(ctx, 512, 512, EXPERTS(ctx, 4), 2, 64, 21);
   cases[1] = lt_make(ctx, 384, 640, EXPERTS(ctx, 3), 3, 100, 22);
   cases[1].cfg.quant_group = 64;
@@ -730,11 +463,11 @@ static mm_test_result t_arms_bitwise(const mm_rank_ctx* ctx) {
  * inputs (copied into the captured buffers): every replay is right. Serving
  * engines replay graphs; the sequence numbers live on the device for this. */
 static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
-  lt_case base = lt_make(ctx, 512, 384, EXPERTS(ctx, 4), 3, 96, 16);
+  lc_case base = lt_make(ctx, 512, 384, EXPERTS(ctx, 4), 3, 96, 16);
   base.weight_seed = base.seed;
-  lt_case cases[3];
-  lt_data data[3];
-  lt_device dev[3];
+  lc_case cases[3];
+  lc_data data[3];
+  lc_device dev[3];
   memset(data, 0, sizeof data);
   memset(dev, 0, sizeof dev);
   int bad = 0;
@@ -742,8 +475,8 @@ static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
     cases[i] = base;
     cases[i].seed = base.seed + 101u * (uint64_t)(i + 1);
     cases[i].mask_ratio = 0.15 * i;
-    if (!bad) bad |= lt_build(&cases[i], ctx->num_ranks, ctx->rank, &data[i]) != 0;
-    if (!bad) bad |= lt_upload(&cases[i], &data[i], ctx->rank, &dev[i]) != 0;
+    if (!bad) bad |= lc_build(&cases[i], ctx->num_ranks, ctx->rank, &data[i]) != 0;
+    if (!bad) bad |= lc_upload(&cases[i], &data[i], ctx->rank, &dev[i]) != 0;
   }
   megamoe_layer* layer = NULL;
   cudaGraph_t graph = NULL;
@@ -751,8 +484,8 @@ static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
   if (megamoe_create(&base.cfg, ctx->comm, &layer) != MEGAMOE_OK) { /* collective: agrees on failure */
     fprintf(stderr, "    rank %d: create: %s\n", ctx->rank, megamoe_last_error());
     for (int i = 0; i < 3; ++i) {
-      lt_device_free(&dev[i]);
-      lt_free(&data[i]);
+      lc_device_free(&dev[i]);
+      lc_free(&data[i]);
     }
     return MM_TEST_FAIL;
   }
@@ -760,7 +493,7 @@ static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
   bad |= megamoe_prepare_weights(layer, &w, ctx->stream) != MEGAMOE_OK;
   bad |= cudaStreamSynchronize(ctx->stream) != cudaSuccess;
   /* Capture one forward reading dev[0]'s buffers. */
-  megamoe_forward_args a = lt_args(&cases[0], &dev[0], ctx->rank);
+  megamoe_forward_args a = lc_args(&cases[0], &dev[0], ctx->rank);
   bad |= cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess;
   megamoe_status st = megamoe_forward(layer, &a, ctx->stream);
   if (st != MEGAMOE_OK) fprintf(stderr, "    rank %d: forward under capture: %s\n", ctx->rank, megamoe_last_error());
@@ -788,7 +521,7 @@ static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
       bad = 1;
       continue;
     }
-    if (!bad && (lt_download(&dev[0], T * H, y) != 0 || lt_compare(&cases[i], &data[i], ctx->rank, y, "graph replay") != 0))
+    if (!bad && (lc_download(dev[0].y, T * H, y) != 0 || lc_compare(&cases[i], &data[i], ctx->rank, y, "graph replay") != 0))
       bad = 1;
   }
   free(y);
@@ -796,8 +529,8 @@ static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
   if (graph) bad |= cudaGraphDestroy(graph) != cudaSuccess;
   bad |= megamoe_destroy(layer) != MEGAMOE_OK;
   for (int i = 0; i < 3; ++i) {
-    lt_device_free(&dev[i]);
-    lt_free(&data[i]);
+    lc_device_free(&dev[i]);
+    lc_free(&data[i]);
   }
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
@@ -806,11 +539,11 @@ static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
  * MEGAMOE_ERR_BAD_TOPK_INDEX, the others MEGAMOE_ERR_PEER_FAILED; the layer
  * stays usable and the next forward is right. */
 static mm_test_result t_bad_topk_index(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 256, 256, EXPERTS(ctx, 2), 2, 32, 14);
-  lt_data d;
-  lt_device g;
-  int bad = lt_build(&c, ctx->num_ranks, ctx->rank, &d) != 0;
-  bad |= lt_upload(&c, &d, ctx->rank, &g) != 0;
+  lc_case c = lt_make(ctx, 256, 256, EXPERTS(ctx, 2), 2, 32, 14);
+  lc_data d;
+  lc_device g;
+  int bad = lc_build(&c, ctx->num_ranks, ctx->rank, &d) != 0;
+  bad |= lc_upload(&c, &d, ctx->rank, &g) != 0;
   megamoe_layer* layer = NULL;
   if (megamoe_create(&c.cfg, ctx->comm, &layer) != MEGAMOE_OK) return MM_TEST_FAIL;
   megamoe_weights w = {g.w1, g.w1_sf, g.w2, g.w2_sf};
@@ -819,7 +552,7 @@ static mm_test_result t_bad_topk_index(const mm_rank_ctx* ctx) {
     const int32_t wrong = c.cfg.num_experts; /* one past the last expert */
     bad |= cudaMemcpy((int32_t*)g.idx + 5, &wrong, sizeof wrong, cudaMemcpyHostToDevice) != cudaSuccess;
   }
-  megamoe_forward_args a = lt_args(&c, &g, ctx->rank);
+  megamoe_forward_args a = lc_args(&c, &g, ctx->rank);
   megamoe_status st = lt_forward(layer, ctx, &a, c.cfg.hidden);
   const megamoe_status want = ctx->rank == 0 ? MEGAMOE_ERR_BAD_TOPK_INDEX
                                              : (ctx->num_ranks > 1 ? MEGAMOE_ERR_PEER_FAILED : MEGAMOE_OK);
@@ -839,12 +572,12 @@ static mm_test_result t_bad_topk_index(const mm_rank_ctx* ctx) {
   } else {
     const int64_t n = c.tokens[ctx->rank] * c.cfg.hidden;
     uint16_t* y = malloc(sizeof(uint16_t) * (size_t)n + 1);
-    bad |= lt_download(&g, n, y) != 0 || lt_compare(&c, &d, ctx->rank, y, "after error") != 0;
+    bad |= lc_download(g.y, n, y) != 0 || lc_compare(&c, &d, ctx->rank, y, "after error") != 0;
     free(y);
   }
   bad |= megamoe_destroy(layer) != MEGAMOE_OK;
-  lt_device_free(&g);
-  lt_free(&d);
+  lc_device_free(&g);
+  lc_free(&d);
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
@@ -894,17 +627,17 @@ static mm_test_result t_bad_arguments(const mm_rank_ctx* ctx) {
 /* The last rank skips a forward: the others' sync ends in a timeout (2 s),
  * and their layer refuses later forwards. */
 static mm_test_result t_peer_timeout(const mm_rank_ctx* ctx) {
-  lt_case c = lt_make(ctx, 256, 256, EXPERTS(ctx, 2), 2, 16, 15);
+  lc_case c = lt_make(ctx, 256, 256, EXPERTS(ctx, 2), 2, 16, 15);
   c.cfg.timeout_s = 2.0;
-  lt_data d;
-  lt_device g;
-  int bad = lt_build(&c, ctx->num_ranks, ctx->rank, &d) != 0;
-  bad |= lt_upload(&c, &d, ctx->rank, &g) != 0;
+  lc_data d;
+  lc_device g;
+  int bad = lc_build(&c, ctx->num_ranks, ctx->rank, &d) != 0;
+  bad |= lc_upload(&c, &d, ctx->rank, &g) != 0;
   megamoe_layer* layer = NULL;
   if (megamoe_create(&c.cfg, ctx->comm, &layer) != MEGAMOE_OK) return MM_TEST_FAIL;
   megamoe_weights w = {g.w1, g.w1_sf, g.w2, g.w2_sf};
   bad |= megamoe_prepare_weights(layer, &w, ctx->stream) != MEGAMOE_OK;
-  megamoe_forward_args a = lt_args(&c, &g, ctx->rank);
+  megamoe_forward_args a = lc_args(&c, &g, ctx->rank);
   const int silent = ctx->num_ranks - 1;
   if (ctx->rank != silent) {
     megamoe_status st = lt_forward(layer, ctx, &a, c.cfg.hidden);
@@ -918,8 +651,8 @@ static mm_test_result t_peer_timeout(const mm_rank_ctx* ctx) {
     if (megamoe_forward(layer, &a, ctx->stream) != MEGAMOE_ERR_LAYER_FAILED) bad = 1;
   }
   bad |= megamoe_destroy(layer) != MEGAMOE_OK;
-  lt_device_free(&g);
-  lt_free(&d);
+  lc_device_free(&g);
+  lc_free(&d);
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
