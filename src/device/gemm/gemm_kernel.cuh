@@ -18,6 +18,25 @@
 #include "ptx/sync.cuh"
 #include "sched/sched_grouped.cuh"
 
+/* The CTA's setup, every thread: thread 256 (the producer warpgroup's first)
+ * pulls the tensor maps into the constant cache (tm_d may be NULL) and
+ * initializes the pipeline barriers, every thread helps build the
+ * scheduler's arrays, then a CTA barrier makes both visible. */
+template <class Cfg, class Sched>
+MM_DEVICE void mm_gemm_cta_setup(const mm_gemm_smem& sm, Sched& sched, const mm_gemm_problem& p,
+                                 const CUtensorMap* tm_a, const CUtensorMap* tm_b, const CUtensorMap* tm_sfa,
+                                 const CUtensorMap* tm_d) {
+  if (threadIdx.x == 256) {
+    mm_tma_prefetch_map(tm_a);
+    mm_tma_prefetch_map(tm_b);
+    mm_tma_prefetch_map(tm_sfa);
+    if (tm_d) mm_tma_prefetch_map(tm_d);
+    mm_gemm_init_barriers(sm);
+  }
+  sched.build(sm.sched, p, Cfg::BM, Cfg::BN, threadIdx.x, MM_GEMM_THREADS);
+  __syncthreads();
+}
+
 /* The producer thread's loop: every tile of this CTA in the scheduler's
  * order, until one gives up (the abort word is then set). */
 template <class Cfg, class Sched>
@@ -62,16 +81,8 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
   const int lane = tid & 31;
 
-  if (tid == 256) {
-    mm_tma_prefetch_map(&tm_a);
-    mm_tma_prefetch_map(&tm_b);
-    mm_tma_prefetch_map(&tm_sfa);
-    if (kOut == MM_GEMM_OUT_BF16) mm_tma_prefetch_map(&tm_d);
-    mm_gemm_init_barriers(sm);
-  }
   Sched sched;
-  sched.build(sm.sched, p, Cfg::BM, Cfg::BN, tid, MM_GEMM_THREADS);
-  __syncthreads();
+  mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, kOut == MM_GEMM_OUT_BF16 ? &tm_d : nullptr);
 
   if (warp >= 8) {
     /* Producer warpgroup: one thread issues everything. */

@@ -80,15 +80,8 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int lane = tid & 31;
   if (!mm_split_route(L, F, reinterpret_cast<int*>(sm.a_ptr))) return;
 
-  if (tid == 256) {
-    mm_tma_prefetch_map(&tm_a);
-    mm_tma_prefetch_map(&tm_b);
-    mm_tma_prefetch_map(&tm_sfa);
-    mm_gemm_init_barriers(sm);
-  }
   mm_sched_grouped sched;
-  sched.build(sm.sched, p, Cfg::BM, Cfg::BN, tid, MM_GEMM_THREADS);
-  __syncthreads();
+  mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, nullptr);
 
   if (warp >= 8) {
     /* setmaxnreg moves registers inside the CTA's pool (168 x 384 at launch):
@@ -143,15 +136,8 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int lane = tid & 31;
   mm_device_status* st = mm_status(L);
 
-  if (tid == 256) {
-    mm_tma_prefetch_map(&tm_a);
-    mm_tma_prefetch_map(&tm_b);
-    mm_tma_prefetch_map(&tm_sfa);
-    mm_gemm_init_barriers(sm);
-  }
   mm_sched_grouped sched;
-  sched.build(sm.sched, p, Cfg::BM, Cfg::BN, tid, MM_GEMM_THREADS);
-  __syncthreads();
+  mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, nullptr);
 
   if (warp >= 8) {
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
