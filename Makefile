@@ -103,7 +103,7 @@ LIBDIR       ?= $(PREFIX)/lib
 INCLUDEDIR   ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-.PHONY: all test unit-test gpu-test install install-check clean
+.PHONY: all test unit-test gpu-test install install-check fuzz-sanitized clean
 all: $(LIB) $(SO) $(UNIT_BIN) $(GPU_BIN) $(TOOL_BIN) $(EXAMPLE_BIN)
 
 $(BUILD)/%.o: %.c
@@ -154,6 +154,18 @@ gpu-test: $(GPU_BIN)
 # GPU is visible).
 test: $(UNIT_BIN) $(GPU_BIN) $(TOOL_BIN)
 	tests/run_tests.sh $(BUILD)
+
+# The config/layout fuzz (tests/unit/test_fuzz.c) built on its own with
+# AddressSanitizer and UndefinedBehaviorSanitizer over the host sources it
+# runs; CI runs it after the tests.
+FUZZ_SAN_SRC := src/host/config.c src/host/layout.c src/host/errors.c tests/unit/test_fuzz.c tests/sanitize/fuzz_main.c
+FUZZ_SAN_BIN := $(BUILD)/fuzz_sanitized
+$(FUZZ_SAN_BIN): $(FUZZ_SAN_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
+	  -fno-omit-frame-pointer $(LIB_INCS) -Itests $(DEP_INCS) $(FUZZ_SAN_SRC) -lm -o $@
+fuzz-sanitized: $(FUZZ_SAN_BIN)
+	$(FUZZ_SAN_BIN)
 
 # ---- Install ---------------------------------------------------------------
 # megamoe.pc links the shared library; megamoe-static.pc the static one.

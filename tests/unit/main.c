@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   const mm_test* const suites[] = {unit_suite_e4m3,   unit_suite_bf16,      unit_suite_quant,
                                    unit_suite_diff,   unit_suite_ref_layer, unit_suite_ref_check,
                                    unit_suite_config, unit_suite_layout, unit_suite_procs,
-                                   unit_suite_comm,   unit_suite_cli,    unit_suite_errors, NULL};
+                                   unit_suite_comm,   unit_suite_cli,    unit_suite_errors,
+                                   unit_suite_fuzz,   NULL};
   mm_test_counts counts = {0, 0, 0};
   mm_run_suites(suites, argc > 1 ? argv[1] : NULL, &counts);
   mm_test_print_summary(&counts);

@@ -1,0 +1,233 @@
+/* Fuzz of the config checks and the buffer layout (issue 14, part 4; CPU, in
+ * CI): random configurations with extreme and overflowing values through
+ * megamoe_check_config, mm_layout_compute, megamoe_buffer_sizes and
+ * megamoe_weight_memory.
+ *
+ * Every call must return (a crash or an endless loop fails the run; the
+ * sanitized build, `make fuzz-sanitized`, also catches undefined behaviour
+ * and out-of-bounds reads). The rejection must be the one an independent
+ * model of the rules expects (fuzz_expect below: the first broken rule, in
+ * the checker's documented order) and its message must name that argument.
+ * An accepted config's layout must hold its own invariants: regions
+ * 256-byte aligned, inside their space, not overlapping, sized by the
+ * formulas of DESIGN.md section 4, the totals equal to what the public size
+ * queries return. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host/layout.h"
+#include "megamoe.h"
+#include "unit.h"
+
+/* What the checker must say about a config: the status and the argument
+ * its message names (NULL: accepted). Written from the documented rules, not
+ * from the checker's code. */
+typedef struct fuzz_expect {
+  megamoe_status status;
+  const char* names;
+} fuzz_expect;
+
+static fuzz_expect expect(megamoe_status s, const char* name) {
+  fuzz_expect e = {s, name};
+  return e;
+}
+
+static fuzz_expect fuzz_model(const megamoe_config* c, int R) {
+  if (R < 1 || R > MEGAMOE_MAX_RANKS) return expect(MEGAMOE_ERR_BAD_RANKS, "num_ranks");
+  if (c->hidden <= 0 || c->hidden % 128 || c->hidden > MEGAMOE_MAX_HIDDEN) return expect(MEGAMOE_ERR_BAD_SHAPE, "hidden");
+  if (c->intermediate <= 0 || c->intermediate % 128 || c->intermediate > MEGAMOE_MAX_INTERMEDIATE)
+    return expect(MEGAMOE_ERR_BAD_SHAPE, "intermediate");
+  if (c->num_experts < 1 || c->num_experts % R || c->num_experts / R > MEGAMOE_MAX_LOCAL_EXPERTS)
+    return expect(MEGAMOE_ERR_BAD_EXPERTS, "num_experts");
+  if (c->top_k < 1 || c->top_k > c->num_experts || c->top_k > MEGAMOE_MAX_TOP_K)
+    return expect(MEGAMOE_ERR_BAD_TOP_K, "top_k");
+  if (c->max_tokens_per_rank < 1) return expect(MEGAMOE_ERR_BAD_MAX_TOKENS, "max_tokens_per_rank");
+  /* token_slot = t * K + k is an int32 on the device. */
+  if (c->max_tokens_per_rank > (int64_t)INT32_MAX / c->top_k) return expect(MEGAMOE_ERR_SIZE_OVERFLOW, "max_tokens_per_rank");
+  if (c->quant_group != 64 && c->quant_group != 128) return expect(MEGAMOE_ERR_BAD_QUANT_GROUP, "quant_group");
+  if (c->has_swiglu_clamp != 0 && c->has_swiglu_clamp != 1) return expect(MEGAMOE_ERR_BAD_ARGUMENT, "has_swiglu_clamp");
+  if (c->has_swiglu_clamp && !(c->swiglu_clamp > 0.0f && c->swiglu_clamp <= FLT_MAX))
+    return expect(MEGAMOE_ERR_BAD_CLAMP, "swiglu_clamp");
+  if ((int)c->arm < 0 || (int)c->arm >= MEGAMOE_ARM_COUNT) return expect(MEGAMOE_ERR_BAD_ARM, "arm");
+  if (c->timeout_s != c->timeout_s || c->timeout_s > 86400.0 * 365) return expect(MEGAMOE_ERR_BAD_ARGUMENT, "timeout_s");
+  if (!(c->pool_imbalance == 0.0 || (c->pool_imbalance >= 1.0 && c->pool_imbalance <= (double)R)))
+    return expect(MEGAMOE_ERR_BAD_ARGUMENT, "pool_imbalance");
+  return expect(MEGAMOE_OK, NULL);
+}
+
+/* ---- Draws: mostly plausible values, often edges, sometimes anything ------ */
+static int64_t draw_i64(mm_rng* g, int64_t typical_max, int64_t multiple) {
+  static const int64_t edges[] = {0, -1, 1, -128, 127, 129, 255, 256, 4096, 16384, 16512, 65536, (int64_t)INT32_MAX,
+                                  (int64_t)INT32_MAX + 1, (int64_t)INT32_MIN, INT64_MAX, INT64_MIN, INT64_MAX - 127,
+                                  (int64_t)1 << 40, (int64_t)1 << 62};
+  const uint64_t kind = mm_rng_below(g, 20);
+  if (kind < 16) return multiple * (int64_t)(1 + mm_rng_below(g, (uint64_t)(typical_max / multiple)));
+  if (kind < 19) return edges[mm_rng_below(g, sizeof edges / sizeof edges[0])];
+  return (int64_t)mm_rng_next(g);
+}
+
+static int32_t draw_i32(mm_rng* g, int32_t typical_max) {
+  static const int32_t edges[] = {0, -1, 1, 2, 7, 8, 9, 16, 17, 1024, 1025, 8192, 8193, INT32_MAX, INT32_MIN};
+  const uint64_t kind = mm_rng_below(g, 20);
+  if (kind < 16) return (int32_t)(1 + mm_rng_below(g, (uint64_t)typical_max));
+  if (kind < 19) return edges[mm_rng_below(g, sizeof edges / sizeof edges[0])];
+  return (int32_t)mm_rng_next(g);
+}
+
+static double draw_f64(mm_rng* g, double typical_max) {
+  const double edges[] = {0.0, -0.0, -1.0, 1.0, 0.5, 1e-300, 86400.0 * 365, 86400.0 * 366, DBL_MAX, -DBL_MAX, INFINITY,
+                          -INFINITY, NAN};
+  const uint64_t kind = mm_rng_below(g, 10);
+  if (kind < 6) return typical_max * mm_rng_uniform(g);
+  if (kind < 9) return edges[mm_rng_below(g, sizeof edges / sizeof edges[0])];
+  uint64_t bits = mm_rng_next(g);
+  double d;
+  memcpy(&d, &bits, sizeof d);
+  return d;
+}
+
+static void draw_config(mm_rng* g, megamoe_config* c, int* R) {
+  *R = mm_rng_below(g, 8) ? (int)(1 + mm_rng_below(g, 8)) : draw_i32(g, 9);
+  /* A multiple of the rank count (wrapping to any int32 for extreme draws). */
+  const int32_t experts = mm_rng_below(g, 4) ? (int32_t)(uint32_t)((uint64_t)(uint32_t)(*R > 0 ? *R : 1) *
+                                                                    (uint64_t)(uint32_t)draw_i32(g, 64))
+                                              : draw_i32(g, 1 << 13);
+  *c = megamoe_config_make(draw_i64(g, 16384, 128), draw_i64(g, 4096, 128), experts, draw_i32(g, 16),
+                           draw_i64(g, 1 << 16, 1));
+  if (mm_rng_below(g, 4) == 0) c->quant_group = draw_i32(g, 128);
+  else c->quant_group = mm_rng_below(g, 2) ? 64 : 128;
+  if (mm_rng_below(g, 3) == 0) {
+    c->has_swiglu_clamp = mm_rng_below(g, 8) ? 1 : draw_i32(g, 2);
+    const float clamps[] = {0.0f, -1.0f, 1e-30f, 10.0f, FLT_MAX, INFINITY, -INFINITY, NAN};
+    c->swiglu_clamp = mm_rng_below(g, 2) ? (float)(10.0 * mm_rng_uniform(g)) : clamps[mm_rng_below(g, 8)];
+  }
+  if (mm_rng_below(g, 4) == 0) c->arm = (megamoe_arm)draw_i32(g, 3);
+  else c->arm = (megamoe_arm)mm_rng_below(g, MEGAMOE_ARM_COUNT);
+  if (mm_rng_below(g, 3) == 0) c->timeout_s = draw_f64(g, 120.0);
+  if (mm_rng_below(g, 3) == 0) c->pool_imbalance = mm_rng_below(g, 2) ? 1.0 + mm_rng_uniform(g) * (*R > 1 ? *R - 1 : 0) : draw_f64(g, 9.0);
+}
+
+/* ---- Invariants of an accepted layout -------------------------------------- */
+static int layout_ok(const megamoe_config* c, int R, const mm_layout* l, char* why, size_t n) {
+  const uint64_t H = (uint64_t)c->hidden, I = (uint64_t)c->intermediate, K = (uint64_t)c->top_k;
+  const uint64_t T = (uint64_t)c->max_tokens_per_rank, P = (uint64_t)l->pool_rows;
+  const uint64_t El = (uint64_t)(c->num_experts / R);
+  if (l->num_ranks != R || (uint64_t)l->local_experts != El) return snprintf(why, n, "rank or expert count"), 0;
+  if (P % MM_POOL_ROW_ALIGN || P > (uint64_t)INT32_MAX || P < El * MM_POOL_ROW_ALIGN)
+    return snprintf(why, n, "pool rows %llu", (unsigned long long)P), 0;
+  const uint64_t total[2] = {l->symmetric_bytes, l->workspace_bytes};
+  if (total[0] % MM_REGION_ALIGN || total[1] % MM_REGION_ALIGN) return snprintf(why, n, "totals not aligned"), 0;
+  for (int id = 0; id < MM_REGION_COUNT; ++id) {
+    const mm_region* r = &l->regions[id];
+    if (!r->name || r->align != MM_REGION_ALIGN || r->offset % r->align) return snprintf(why, n, "region %d alignment", id), 0;
+    if (r->offset > total[r->space] || r->bytes > total[r->space] - r->offset)
+      return snprintf(why, n, "%s past its space", r->name), 0;
+    for (int o = 0; o < id; ++o) {
+      const mm_region* q = &l->regions[o];
+      if (q->space != r->space || !q->bytes || !r->bytes) continue;
+      if (!(r->offset >= q->offset + q->bytes || q->offset >= r->offset + r->bytes))
+        return snprintf(why, n, "%s overlaps %s", r->name, q->name), 0;
+    }
+  }
+  /* Sizes of DESIGN.md section 4. */
+  const struct {
+    mm_region_id id;
+    uint64_t bytes;
+  } want[] = {{MM_SYM_INPUT_X, T * H},        {MM_SYM_INPUT_X_SF, T * (H / 128) * 4}, {MM_SYM_COMBINE, T * K * H * 2},
+              {MM_WS_POOL_X, P * H},          {MM_WS_POOL_X_SF, P * (H / 128) * 4},   {MM_WS_L1_OUT, P * I},
+              {MM_WS_L1_OUT_SF, P * (I / (uint64_t)c->quant_group) * 4}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; ++i)
+    if (l->regions[want[i].id].bytes != want[i].bytes)
+      return snprintf(why, n, "%s has %llu bytes, want %llu", l->regions[want[i].id].name,
+                      (unsigned long long)l->regions[want[i].id].bytes, (unsigned long long)want[i].bytes), 0;
+  const int staged = c->arm == MEGAMOE_ARM_STAGED;
+  if ((l->regions[MM_WS_L1_ACC].bytes != 0) != staged || (l->regions[MM_WS_L2_OUT].bytes != 0) != staged ||
+      (l->regions[MM_WS_READY].bytes != 0) == staged)
+    return snprintf(why, n, "arm-specific regions for arm %s", megamoe_arm_name(c->arm)), 0;
+  return 1;
+}
+
+static mm_test_result fuzz_run(uint64_t salt, int iterations) {
+  mm_rng g = unit_rng(salt);
+  int accepted = 0, laid_out = 0, overflow = 0;
+  int by_status[MEGAMOE_STATUS_COUNT] = {0};
+  for (int i = 0; i < iterations; ++i) {
+    megamoe_config c;
+    int R;
+    draw_config(&g, &c, &R);
+    const fuzz_expect want = fuzz_model(&c, R);
+    const megamoe_status got = megamoe_check_config(&c, R);
+    CHECK_MSG(got == want.status, "config %d: check gave %s, the model %s (hidden %lld intermediate %lld experts %d "
+              "top_k %d max_tokens %lld G %d clamp %d/%g arm %d timeout %g imbalance %g ranks %d): %s",
+              i, megamoe_status_string(got), megamoe_status_string(want.status), (long long)c.hidden,
+              (long long)c.intermediate, c.num_experts, c.top_k, (long long)c.max_tokens_per_rank, c.quant_group,
+              c.has_swiglu_clamp, (double)c.swiglu_clamp, (int)c.arm, c.timeout_s, c.pool_imbalance, R,
+              megamoe_last_error());
+    by_status[got]++;
+    if (got != MEGAMOE_OK) {
+      CHECK_MSG(strstr(megamoe_last_error(), want.names) != NULL, "config %d: %s names no \"%s\": %s", i,
+                megamoe_status_string(got), want.names, megamoe_last_error());
+      /* The layout and the size queries reject it the same way. */
+      mm_layout l;
+      CHECK(mm_layout_compute(&c, R, &l) == got);
+      CHECK(megamoe_buffer_sizes(&c, R, NULL, NULL) == got);
+      continue;
+    }
+    accepted++;
+    mm_layout l;
+    const megamoe_status ls = mm_layout_compute(&c, R, &l);
+    if (ls == MEGAMOE_ERR_SIZE_OVERFLOW) {
+      CHECK_MSG(strstr(megamoe_last_error(), "max_tokens_per_rank") != NULL, "overflow message: %s",
+                megamoe_last_error());
+      overflow++;
+      continue;
+    }
+    CHECK_MSG(ls == MEGAMOE_OK, "config %d accepted, layout gave %s: %s", i, megamoe_status_string(ls),
+              megamoe_last_error());
+    char why[256] = "";
+    CHECK_MSG(layout_ok(&c, R, &l, why, sizeof why), "config %d (hidden %lld experts %d top_k %d max_tokens %lld "
+              "ranks %d arm %s imbalance %g): %s", i, (long long)c.hidden, c.num_experts, c.top_k,
+              (long long)c.max_tokens_per_rank, R, megamoe_arm_name(c.arm), c.pool_imbalance, why);
+    size_t sym = 0, ws = 0, res_copy = 0, peak_copy = 0, res_place = 0, peak_place = 0;
+    CHECK_OK(megamoe_buffer_sizes(&c, R, &sym, &ws));
+    CHECK(sym == l.symmetric_bytes && ws == l.workspace_bytes);
+    CHECK_OK(megamoe_weight_memory(&c, R, MEGAMOE_WEIGHTS_COPY, &res_copy, &peak_copy));
+    CHECK_OK(megamoe_weight_memory(&c, R, MEGAMOE_WEIGHTS_IN_PLACE, &res_place, &peak_place));
+    CHECK(res_copy == peak_copy && res_place <= peak_place && peak_place < res_copy);
+    laid_out++;
+  }
+  printf("    %d configs: %d accepted (%d laid out, %d too large for 64-bit sizes); rejections:", iterations, accepted,
+         laid_out, overflow);
+  for (int s = 1; s < MEGAMOE_STATUS_COUNT; ++s)
+    if (by_status[s]) printf(" %s %d", megamoe_status_string((megamoe_status)s), by_status[s]);
+  printf("\n");
+  /* The draws must reach both sides (a fuzz that only ever rejects tests little). */
+  CHECK(laid_out > iterations / 50 && accepted < iterations);
+  return MM_TEST_PASS;
+}
+
+static mm_test_result t_fuzz_configs(void) { return fuzz_run(0xf022, 100000); }
+
+/* The model itself can fail: a config the model rejects must not slip
+ * through when its rule is planted away (here: a top_k above the kernels'
+ * limit, which the model must call BAD_TOP_K). */
+static mm_test_result t_fuzz_model_is_strict(void) {
+  megamoe_config c = megamoe_config_make(512, 512, 64, MEGAMOE_MAX_TOP_K + 1, 128);
+  CHECK(fuzz_model(&c, 2).status == MEGAMOE_ERR_BAD_TOP_K);
+  CHECK(megamoe_check_config(&c, 2) == MEGAMOE_ERR_BAD_TOP_K);
+  c = megamoe_config_make(512, 512, 64, 6, 128);
+  c.pool_imbalance = 2.5;
+  CHECK(fuzz_model(&c, 2).status == MEGAMOE_ERR_BAD_ARGUMENT);
+  CHECK(megamoe_check_config(&c, 2) == MEGAMOE_ERR_BAD_ARGUMENT);
+  CHECK_MESSAGE_HAS("pool_imbalance");
+  return MM_TEST_PASS;
+}
+
+const mm_test unit_suite_fuzz[] = {
+    {"fuzz.model_is_strict", t_fuzz_model_is_strict},
+    {"fuzz.configs_checks_and_layout", t_fuzz_configs},
+    {NULL, NULL},
+};
