@@ -101,8 +101,11 @@ struct gemm_data {
   float* a_sf_lt; /* [E][K/128][c]: cuBLASLt's packed VEC128 layout */
   int* offset;
   int* count;
-  uint16_t* d_ours;
+  uint16_t* d_ours;  /* [rows_cap, n] bf16, or fp32 (sized for it) */
   uint16_t* d_lt;
+  uint8_t* q;        /* SwiGLU output [rows_cap, n / 2] fp8 */
+  float* q_sf;       /* [n / 2 / 128][rows_cap] */
+  float* row_weight; /* [rows_cap] */
   mm_gemm_problem gp;
 };
 
@@ -114,11 +117,17 @@ struct arm_ctx {
   mm_gemm_plan plan; /* ours: made once per (shape, tile), as the layer does */
 };
 
-/* Makes the plan of our arm for a tile (AUTO: the engine's pick). */
-int plan_ours(arm_ctx* c, mm_gemm_tile tile) {
-  c->g->gp.out_kind = MM_GEMM_OUT_BF16;
-  c->g->gp.d = c->g->d_ours;
-  const megamoe_status st = mm_gemm_plan_make(&c->g->gp, tile, &c->plan);
+/* Makes the plan of our arm for a tile (AUTO: the engine's pick) and the
+ * output kind timed. */
+int plan_ours(arm_ctx* c, mm_gemm_tile tile, int out_kind) {
+  mm_gemm_problem* p = &c->g->gp;
+  p->out_kind = out_kind;
+  p->d = c->g->d_ours;
+  p->swiglu.row_weight = c->g->row_weight;
+  p->swiglu.group = 128;
+  p->swiglu.out = c->g->q;
+  p->swiglu.out_sf = c->g->q_sf;
+  const megamoe_status st = mm_gemm_plan_make(p, tile, &c->plan);
   if (st != MEGAMOE_OK) {
     fprintf(stderr, "bench-gemm: ours (tile %s): %s: %s\n", mm_gemm_tile_name(tile), megamoe_status_string(st),
             megamoe_last_error());
@@ -179,10 +188,14 @@ int data_alloc(gemm_data* g, int n, int k, int m, uint64_t seed) {
   BENCH_CUDA(cudaMalloc((void**)&g->a_sf_lt, sizeof(float) * L * g->rows_per_expert * kExperts));
   BENCH_CUDA(cudaMalloc((void**)&g->offset, sizeof(int) * (kExperts + 1)));
   BENCH_CUDA(cudaMalloc((void**)&g->count, sizeof(int) * kExperts));
-  BENCH_CUDA(cudaMalloc((void**)&g->d_ours, R * n * 2));
+  BENCH_CUDA(cudaMalloc((void**)&g->d_ours, R * n * 4));
+  BENCH_CUDA(cudaMalloc((void**)&g->q, R * n / 2));
+  BENCH_CUDA(cudaMalloc((void**)&g->q_sf, sizeof(float) * (n / 2 / 128) * R));
+  BENCH_CUDA(cudaMalloc((void**)&g->row_weight, sizeof(float) * R));
   BENCH_CUDA(cudaMalloc((void**)&g->d_lt, R * n * 2));
   if (mm_bench_fill_fp8(g->a, (size_t)(R * k), 1.0f, seed, NULL) ||
-      mm_bench_fill_uniform(g->a_sf, (size_t)(L * R), 0x1p-10f, 0x1p-6f, seed + 1, NULL)) {
+      mm_bench_fill_uniform(g->a_sf, (size_t)(L * R), 0x1p-10f, 0x1p-6f, seed + 1, NULL) ||
+      mm_bench_fill_uniform(g->row_weight, (size_t)R, 0.05f, 1.0f, seed + 2, NULL)) {
     fprintf(stderr, "bench-gemm: fill failed\n");
     return 1;
   }
@@ -208,6 +221,9 @@ void data_free(gemm_data* g) {
   cudaFree(g->count);
   cudaFree(g->d_ours);
   cudaFree(g->d_lt);
+  cudaFree(g->q);
+  cudaFree(g->q_sf);
+  cudaFree(g->row_weight);
   memset(g, 0, sizeof *g);
 }
 
@@ -241,10 +257,11 @@ extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
   cudaDeviceProp prop;
   BENCH_CUDA(cudaGetDevice(&dev));
   BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
-  printf("bench-gemm on %s (%d SMs): grouped FP8 GEMM, %d experts, bf16 out; ours = one persistent launch, "
-         "cuBLASLt = %d cublasLtMatmul calls (block-scaled VEC128_32F x BLK128x128_32F, no grouped mode in this "
-         "cuBLASLt); median of %d calls, L2 flushed before each\n",
-         prop.name, prop.multiProcessorCount, kExperts, kExperts, o.iters);
+  const char* out_name = o.out == MM_GEMM_OUT_F32 ? "fp32" : o.out == MM_GEMM_OUT_SWIGLU_FP8 ? "SwiGLU + fp8 (G 128)" : "bf16";
+  printf("bench-gemm on %s (%d SMs): grouped FP8 GEMM, %d experts, %s out; ours = one persistent launch, "
+         "cuBLASLt = %d cublasLtMatmul calls, bf16 out (block-scaled VEC128_32F x BLK128x128_32F, no grouped mode in "
+         "this cuBLASLt); median of %d calls, L2 flushed before each\n",
+         prop.name, prop.multiProcessorCount, kExperts, out_name, kExperts, o.iters);
 
   mm_lt lt;
   if (mm_lt_init(&lt)) {
@@ -297,7 +314,7 @@ extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
       c.b = b;
       c.b_sf = b_sf;
       c.lt = &lt;
-      if (plan_ours(&c, (mm_gemm_tile)o.tile)) {
+      if (plan_ours(&c, (mm_gemm_tile)o.tile, o.out)) {
         data_free(&g);
         rc = 1;
         break;
@@ -308,6 +325,8 @@ extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
       /* Warm-up (also builds cuBLASLt's plan), then alternating rounds. A
        * shape cuBLASLt refuses is reported as n/a; a failure of ours stops. */
       int lt_ok = 1;
+      /* The diff against cuBLASLt compares bf16 outputs only. */
+      const int same_output = o.out == MM_GEMM_OUT_BF16;
       for (int w = 0; w < 3 && rc == 0; ++w) {
         rc = run_ours(&c);
         if (lt_ok && run_lt(&c)) lt_ok = 0;
@@ -331,7 +350,7 @@ extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
       const double us_lt = lt_ok ? 1e3 * median(t_lt, o.iters) : NAN;
 
       double dv = NAN;
-      if (o.check) {
+      if (o.check && same_output) {
         BENCH_CUDA(cudaMemset(g.d_ours, 0, (size_t)g.rows_cap * n * 2));
         BENCH_CUDA(cudaMemset(g.d_lt, 0, (size_t)g.rows_cap * n * 2));
         BENCH_CUDA(cudaMemset(d_sums, 0, 3 * sizeof(double)));
@@ -354,7 +373,9 @@ extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
       if (o.tiles) {
         for (int t = MM_GEMM_TILE_128x256; t < MM_GEMM_TILE_COUNT && rc == 0; ++t) {
           if (n % mm_gemm_tile_width((mm_gemm_tile)t)) continue;
-          rc = plan_ours(&c, (mm_gemm_tile)t);
+          /* Tiles without this output (or this group) are left out. */
+          if (mm_gemm_tile_check((mm_gemm_tile)t, o.out, 128, 128, kExperts, NULL) != MEGAMOE_OK) continue;
+          rc = plan_ours(&c, (mm_gemm_tile)t, o.out);
           for (int it = 0; it < o.iters && rc == 0; ++it)
             rc = time_call(run_ours, &c, flush, flush_bytes, it, e0, e1, &t_ours[it]);
           if (rc) break;

@@ -6,7 +6,14 @@
  * median over --iters calls per round; --rounds rounds with the arms
  * bracketed (A B, B A, A B ...); each cell is the median of the round
  * medians, the slowest rank's. Floors next to each row: compute at the
- * measured fp8 rate, HBM bytes of the touched weights, NVLink bytes. */
+ * measured fp8 rate, HBM bytes of the touched weights, NVLink bytes.
+ *
+ * With MEGAMOE_TIMELINE=1 in the environment, each split-arm cell is followed
+ * by one more forward whose in-kernel timeline (src/host/timeline.h: routing
+ * phases, pull end, first and last L1 tile, L2 end, barriers, reduction;
+ * min / median / max over the CTAs) rank 0 prints. The stamps cost a few
+ * stores per CTA; timed cells are measured with them on, so compare arms
+ * without it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +25,7 @@
 #include "cli.h"
 #include "host/procs.h"
 #include "megamoe.h"
+#include "host/timeline.h"
 
 /* Measured on the H200 machines (docs/DESIGN.md section 6). */
 #define FP8_TFLOPS 1458.0     /* cuBLAS fp8, per-tensor scale, 8192^3 */
@@ -119,6 +127,48 @@ static int allreduce_max(double* v, int n, ncclComm_t comm, cudaStream_t stream,
   CK(cudaStreamSynchronize(stream));
   CK(cudaMemcpy(v, d, sizeof(double) * (size_t)n, cudaMemcpyDeviceToHost));
   cudaFree(d);
+  return 0;
+}
+
+/* The timeline of the last forward, rank 0's view: per event the CTAs'
+ * stamps relative to the earliest kernel-1 start, as min / median / max µs
+ * (src/host/timeline.h). */
+static int cmp_u64(const void* x, const void* y) {
+  const uint64_t a = *(const uint64_t*)x, b = *(const uint64_t*)y;
+  return a < b ? -1 : a > b;
+}
+
+static int print_timeline(const megamoe_layer* layer, int64_t T) {
+  static const char* const names[MM_TL_EVENTS] = {
+      "k1 start", "counted", "published", "laid out (barrier 0)", "pull end", "L1 first tile issued",
+      "L1 last tile issued", "L1 math end", "k2 start", "L2 math end", "pushed", "combined (barrier 1)", "reduced"};
+  uint64_t* stamps = malloc(sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS);
+  uint64_t col[MM_TL_MAX_CTAS];
+  int ctas = 0;
+  if (!stamps || mm_layer_timeline(layer, stamps, MM_TL_MAX_CTAS, &ctas) != MEGAMOE_OK) {
+    fprintf(stderr, "bench: timeline: %s\n", megamoe_last_error());
+    free(stamps);
+    return 1;
+  }
+  uint64_t t0 = UINT64_MAX;
+  for (int c = 0; c < ctas; ++c)
+    if (stamps[c * MM_TL_EVENTS + MM_TL_K1_START] && stamps[c * MM_TL_EVENTS + MM_TL_K1_START] < t0)
+      t0 = stamps[c * MM_TL_EVENTS + MM_TL_K1_START];
+  printf("  timeline split T %lld (rank 0, %d CTAs; us after the first CTA entered kernel 1: min / median / max):\n",
+         (long long)T, ctas);
+  for (int e = 0; e < MM_TL_EVENTS; ++e) {
+    int n = 0;
+    for (int c = 0; c < ctas; ++c)
+      if (stamps[c * MM_TL_EVENTS + e]) col[n++] = stamps[c * MM_TL_EVENTS + e] - t0;
+    if (n == 0) {
+      printf("    %-22s (no CTA)\n", names[e]);
+      continue;
+    }
+    qsort(col, (size_t)n, sizeof col[0], cmp_u64);
+    printf("    %-22s %9.1f %9.1f %9.1f   (%d CTAs)\n", names[e], col[0] * 1e-3, col[n / 2] * 1e-3,
+           col[n - 1] * 1e-3, n);
+  }
+  free(stamps);
   return 0;
 }
 
@@ -279,6 +329,14 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
                (long long)T, worst[a], floors[3] / (worst[a] * 1e-6) / 1e12, rate, sym_bytes[a] / 1048576.0,
                ws_bytes[a] / 1048576.0, floors[0], floors[1], floors[2], worst[a] / floor);
         fflush(stdout);
+      }
+      /* The split arm's in-kernel timeline of one more forward (MEGAMOE_TIMELINE=1). */
+      if (o->arms[a] == MEGAMOE_ARM_SPLIT && getenv("MEGAMOE_TIMELINE")) {
+        CK(cudaMemsetAsync(flush, 0, flush_bytes, stream));
+        if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
+        MK(megamoe_forward(layers[a], &args, stream));
+        MK(megamoe_sync(layers[a], stream));
+        if (rank == 0 && print_timeline(layers[a], T) != 0) return 3;
       }
     }
   }

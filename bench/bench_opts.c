@@ -110,6 +110,7 @@ int mm_bench_gemm_parse(int argc, char** argv, mm_bench_gemm_opts* o) {
   memset(o, 0, sizeof *o);
   o->iters = 30;
   o->check = 1;
+  o->out = MM_GEMM_OUT_BF16;
   for (int i = 0; i < argc; ++i) {
     const char* a = argv[i];
     if (mm_cli_is_help(a)) return MM_PARSE_HELP;
@@ -117,7 +118,17 @@ int mm_bench_gemm_parse(int argc, char** argv, mm_bench_gemm_opts* o) {
     if (!strcmp(a, "--quick")) o->quick = 1;
     else if (!strcmp(a, "--tiles")) o->tiles = 1;
     else if (!strcmp(a, "--no-check")) o->check = 0;
-    else if (!strcmp(a, "--tile")) {
+    else if (!strcmp(a, "--out")) {
+      const char* v = mm_cli_value("bench-gemm", argc, argv, &i);
+      bad = 0;
+      if (v && !strcmp(v, "bf16")) o->out = MM_GEMM_OUT_BF16;
+      else if (v && !strcmp(v, "f32")) o->out = MM_GEMM_OUT_F32;
+      else if (v && !strcmp(v, "swiglu")) o->out = MM_GEMM_OUT_SWIGLU_FP8;
+      else {
+        if (v) fprintf(stderr, "bench-gemm: --out %s: want bf16, f32 or swiglu\n", v);
+        bad = 1;
+      }
+    } else if (!strcmp(a, "--tile")) {
       const char* v = mm_cli_value("bench-gemm", argc, argv, &i);
       bad = 1;
       for (int t = 1; v && t < MM_GEMM_TILE_COUNT; ++t)

@@ -56,6 +56,28 @@ typedef enum mm_region_id {
   MM_REGION_COUNT
 } mm_region_id;
 
+/* The split arm's in-kernel timeline (diagnostic): events each CTA stamps
+ * (%globaltimer, ns) when the layer was created with MEGAMOE_TIMELINE=1. A
+ * stamp is the time one designated thread reached the point; the pull end
+ * is the latest of the CTA's pull warps. */
+enum mm_timeline_event {
+  MM_TL_K1_START = 0,    /* kernel 1 entered */
+  MM_TL_COUNTED,         /* grid barrier after validation and counts */
+  MM_TL_PUBLISHED,       /* grid barrier after the routing lists were published */
+  MM_TL_LAID_OUT,        /* grid barrier after all-rank barrier 0 and the pool layout */
+  MM_TL_PULL_END,        /* the CTA's last pulled row published */
+  MM_TL_L1_FIRST_TILE,   /* the producer's first L1 tile: its rows were ready */
+  MM_TL_L1_LAST_ISSUED,  /* the producer issued the last loads of its last L1 tile */
+  MM_TL_L1_MATH_END,     /* the math warpgroups finished their last L1 tile */
+  MM_TL_K2_START,        /* kernel 2 entered */
+  MM_TL_L2_MATH_END,     /* the math warpgroups finished their last L2 tile (scatter issued) */
+  MM_TL_PUSHED,          /* grid barrier after every CTA's combine stores */
+  MM_TL_COMBINED,        /* grid barrier after all-rank barrier 1 */
+  MM_TL_REDUCED,         /* the CTA's reductions written */
+  MM_TL_EVENTS
+};
+#define MM_TL_MAX_CTAS 256
+
 /* The first workspace region: ids below it are symmetric. */
 #define MM_FIRST_WORKSPACE_REGION MM_WS_STATUS
 
@@ -72,6 +94,8 @@ typedef struct mm_layer_view {
   uint64_t offset[MM_REGION_COUNT];  /* region offsets in their space */
   uint64_t timeout_ns;
   int32_t fill_blocks;               /* grid of the grid-stride kernels: 4 per SM */
+  uint64_t* timeline;                /* [CTA][MM_TL_EVENTS] %globaltimer stamps of the split arm's kernels,
+                                        or NULL (off: MEGAMOE_TIMELINE=1 at create turns it on) */
 } mm_layer_view;
 
 /* One forward's inputs. x and x_sf are not here: the kernels read every

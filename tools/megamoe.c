@@ -44,6 +44,7 @@ static const char* const kUsageGemm =
     "      --iters N              timed calls per cell, 20..10000 (30)\n"
     "      --tiles                also time every tile shape of ours\n"
     "      --tile NAME            the main row's tile (128x256, 256x128, 128x128, 64x256, 128x128-1p)\n"
+    "      --out KIND             bf16 (default, beside cuBLASLt), f32, or swiglu (the L1 epilogue, G = 128)\n"
     "      --no-check             skip the diff against cuBLASLt\n";
 static const char* const kUsageInfo =
     "  info        the buffer layout of a config; flags compose in any order, an explicit flag\n"

@@ -9,6 +9,7 @@
 #include "device/weights.h"
 #include "plan.h"
 #include "split_forward.h"
+#include "timeline.h"
 #include "staged_forward.h"
 #include "device_status.h"
 #include "errors.h"
@@ -42,6 +43,7 @@ struct megamoe_layer {
   char reject_message[512];
   mm_gemm_engine engine;
   mm_plan plan;          /* GEMM problems and plans, made when the weights are set */
+  uint64_t* timeline;    /* the split arm's diagnostic timeline (MEGAMOE_TIMELINE=1), or NULL */
   mm_layer_view view;
 };
 
@@ -120,8 +122,8 @@ static megamoe_status release(megamoe_layer* l, int collective) {
     if (r != ncclSuccess && st == MEGAMOE_OK)
       st = mm_fail(MEGAMOE_ERR_NCCL, "ncclMemFree: %s", ncclGetErrorString(r));
   }
-  void* plain[3] = {l->symmetric_is_nccl ? NULL : l->symmetric, l->workspace, l->weights};
-  for (int i = 0; i < 3; ++i) {
+  void* plain[4] = {l->symmetric_is_nccl ? NULL : l->symmetric, l->workspace, l->weights, l->timeline};
+  for (int i = 0; i < 4; ++i) {
     if (!plain[i]) continue;
     cudaError_t e = cudaFree(plain[i]);
     if (e != cudaSuccess && st == MEGAMOE_OK)
@@ -202,6 +204,15 @@ static megamoe_status finish_create(megamoe_layer* l, megamoe_layer** layer_out)
   const uint8_t* stand_in = (const uint8_t*)l->workspace;
   megamoe_status st = mm_plan_make(&l->plan, &l->config, &l->view, (int)l->engine, stand_in,
                                    (const float*)stand_in, stand_in, (const float*)stand_in);
+  /* The split arm's diagnostic timeline (src/host/timeline.h), on request. */
+  const char* tl = getenv("MEGAMOE_TIMELINE");
+  if (st == MEGAMOE_OK && tl && strcmp(tl, "1") == 0 && l->config.arm == MEGAMOE_ARM_SPLIT) {
+    const size_t bytes = sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS;
+    cudaError_t e = cudaMalloc((void**)&l->timeline, bytes);
+    if (e == cudaSuccess) e = cudaMemset(l->timeline, 0, bytes);
+    if (e != cudaSuccess) st = mm_fail(MEGAMOE_ERR_CUDA, "timeline buffer (MEGAMOE_TIMELINE=1): %s", cudaGetErrorString(e));
+    else l->view.timeline = l->timeline;
+  }
   if (st != MEGAMOE_OK) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", megamoe_last_error());
@@ -310,6 +321,19 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
   }
   build_view(l, peers);
   return finish_create(l, layer_out);
+}
+
+megamoe_status mm_layer_timeline(const megamoe_layer* l, uint64_t* host, int max_ctas, int* ctas) {
+  MM_CHECK_NULL(l, "layer");
+  MM_CHECK_NULL(host, "host");
+  MM_CHECK_NULL(ctas, "ctas");
+  if (!l->timeline) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "layer: no timeline (create a split layer with MEGAMOE_TIMELINE=1)");
+  int sms = 0;
+  CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, l->device));
+  const int n = sms < max_ctas ? sms : max_ctas;
+  *ctas = n < MM_TL_MAX_CTAS ? n : MM_TL_MAX_CTAS;
+  CUDA_TRY(cudaMemcpy(host, l->timeline, sizeof(uint64_t) * (size_t)*ctas * MM_TL_EVENTS, cudaMemcpyDeviceToHost));
+  return MEGAMOE_OK;
 }
 
 megamoe_status megamoe_abandon(megamoe_layer* layer) {

@@ -38,15 +38,23 @@ MM_DEVICE void mm_gemm_cta_setup(const mm_gemm_smem& sm, Sched& sched, const mm_
 }
 
 /* The producer thread's loop: every tile of this CTA in the scheduler's
- * order, until one gives up (the abort word is then set). */
+ * order, until one gives up (the abort word is then set). first_issued
+ * (diagnostic timeline, or NULL): %globaltimer once the first tile's loads
+ * are issued. */
 template <class Cfg, class Sched>
 MM_DEVICE void mm_gemm_producer_loop(const mm_gemm_smem& sm, const Sched& sched, const CUtensorMap* tm_a,
-                                     const CUtensorMap* tm_b, const CUtensorMap* tm_sfa, const mm_gemm_problem& p) {
+                                     const CUtensorMap* tm_b, const CUtensorMap* tm_sfa, const mm_gemm_problem& p,
+                                     uint64_t* first_issued = nullptr) {
   mm_gemm_pipe pipe = {0u, 0u};
   mm_gemm_tile_info ti;
   typename Sched::iter it = sched.begin();
-  while (sched.template next<Cfg>(it, ti))
+  while (sched.template next<Cfg>(it, ti)) {
     if (!mm_gemm_produce_tile<Cfg>(sm, pipe, tm_a, tm_b, tm_sfa, p, ti)) break;
+    if (first_issued) {
+      *first_issued = mm_globaltimer_ns();
+      first_issued = nullptr;
+    }
+  }
 }
 
 /* The math warpgroups' loop: per tile the mainloop, the vote, then

@@ -24,6 +24,20 @@
 /* The grid barriers wait twice the layer's deadline: CTA 0 may spend a whole
  * deadline in an all-rank barrier while the other CTAs wait for it, and the
  * peer that did not arrive (not the grid barrier) must be what is recorded. */
+/* Diagnostic timeline (contract.h, mm_timeline_event): one thread's stamp,
+ * or the latest of several (pull warps). No-ops when the layer has none. */
+MM_DEVICE uint64_t* mm_tl_slot(const mm_layer_view& L, int event) {
+  return L.timeline && blockIdx.x < MM_TL_MAX_CTAS ? L.timeline + (size_t)blockIdx.x * MM_TL_EVENTS + event : nullptr;
+}
+MM_DEVICE void mm_tl_stamp(const mm_layer_view& L, int event) {
+  uint64_t* s = mm_tl_slot(L, event);
+  if (s) *s = mm_globaltimer_ns();
+}
+MM_DEVICE void mm_tl_stamp_latest(const mm_layer_view& L, int event) {
+  uint64_t* s = mm_tl_slot(L, event);
+  if (s) atomicMax(reinterpret_cast<unsigned long long*>(s), (unsigned long long)mm_globaltimer_ns());
+}
+
 MM_DEVICE mm_wait_ctx mm_split_grid_ctx(const mm_layer_view& L) {
   mm_wait_ctx c;
   c.status = mm_status(L);
@@ -44,6 +58,7 @@ MM_DEVICE bool mm_split_route(const mm_layer_view& L, const mm_forward_view& F, 
   /* A: start (one thread, before anything reads the record: the others read
    * it only after the first grid barrier), validation, counts, counters. */
   if (blockIdx.x == 0 && threadIdx.x == 0) mm_forward_start(st, F.injected_error);
+  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_K1_START);
   const int64_t slots = (int64_t)F.num_tokens * L.top_k;
   for (int64_t i = (int64_t)blockIdx.x * nthreads + threadIdx.x; i < slots; i += (int64_t)gridDim.x * nthreads)
     mm_route_validate(L, F, i, i + 1);
@@ -52,11 +67,13 @@ MM_DEVICE bool mm_split_route(const mm_layer_view& L, const mm_forward_view& F, 
   for (int i = blockIdx.x * nthreads + threadIdx.x; i < L.pool_rows / MM_READY_BLOCK_ROWS; i += gridDim.x * nthreads)
     ready[i] = 0;
   if (!mm_grid_barrier(gb, gctx)) return false;
+  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_COUNTED);
   /* B: publish (every CTA sees the same `failed`: the errors of phase A
    * precede the grid barrier). */
   const bool failed = mm_failed(st);
   for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_publish_expert(L, F, e, failed, scratch);
   if (!mm_grid_barrier(gb, gctx)) return false;
+  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_PUBLISHED);
   /* C: the routing of every rank is published here once barrier 0 passes. */
   if (blockIdx.x == 0) {
     if (threadIdx.x < 32)
@@ -64,7 +81,9 @@ MM_DEVICE bool mm_split_route(const mm_layer_view& L, const mm_forward_view& F, 
     __syncthreads();
     mm_pool_layout_cta(L, scratch);
   }
-  return mm_grid_barrier(gb, gctx);
+  if (!mm_grid_barrier(gb, gctx)) return false;
+  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_LAID_OUT);
+  return true;
 }
 
 /* Kernel 1: routing, then the L1 GEMM while the pull runs (split.h). */
@@ -89,7 +108,10 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
      * and their setmaxnreg.inc would wait forever (no deadline there). */
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
     if (warp == 8) {
-      if (lane == 0) mm_gemm_producer_loop<Cfg>(sm, sched, &tm_a, &tm_b, &tm_sfa, p);
+      if (lane == 0) {
+        mm_gemm_producer_loop<Cfg>(sm, sched, &tm_a, &tm_b, &tm_sfa, p, mm_tl_slot(L, MM_TL_L1_FIRST_TILE));
+        mm_tl_stamp(L, MM_TL_L1_LAST_ISSUED);
+      }
     } else if (!mm_failed(mm_status(L))) {
       /* The pull: rows in pool order, interleaved over every pull warp of
        * the grid, so the first blocks (the first tiles) complete first. The
@@ -109,6 +131,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
         __syncwarp();
         if (lane == 0) mm_red_release_gpu_add_s32(ready + r / MM_READY_BLOCK_ROWS, 1);
       }
+      if (lane == 0) mm_tl_stamp_latest(L, MM_TL_PULL_END);
     }
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
@@ -119,6 +142,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
           mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc);
         },
         []() {});
+    if (tid == 0) mm_tl_stamp(L, MM_TL_L1_MATH_END);
   }
 }
 
@@ -135,6 +159,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
   const int lane = tid & 31;
   mm_device_status* st = mm_status(L);
+  if (tid == 0) mm_tl_stamp(L, MM_TL_K2_START);
 
   mm_sched_grouped sched;
   mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, nullptr);
@@ -152,6 +177,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
           mm_gemm_epilogue_scatter<Cfg>(sm, p, ti, wg, acc);
         },
         []() {});
+    if (tid == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
     mm_setmaxnreg_dec<MM_SPLIT_TAIL_REGS>();
   }
 
@@ -161,12 +187,18 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
   const mm_wait_ctx gctx = mm_split_grid_ctx(L);
   bool ok = mm_grid_barrier(gb, gctx);
+  if (tid == 0) mm_tl_stamp(L, MM_TL_PUSHED);
   if (ok && blockIdx.x == 0) {
     if (tid < 32) mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 1), MM_SITE_BARRIER_COMBINE);
   }
   /* After barrier 1 every peer's rows for this rank's tokens have landed. */
   if (ok) ok = mm_grid_barrier(gb, gctx);
+  if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED);
   if (ok && !mm_failed(st)) mm_reduce_tokens(L, F, warp, MM_GEMM_THREADS / 32);
+  if (L.timeline) {
+    __syncthreads(); /* every warp's reductions, then the stamp */
+    if (tid == 0) mm_tl_stamp(L, MM_TL_REDUCED);
+  }
   mm_forward_end(L);
 }
 

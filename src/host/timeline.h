@@ -1,0 +1,19 @@
+/* The split arm's in-kernel timeline, a diagnostic (contract.h,
+ * mm_timeline_event): a split layer created with MEGAMOE_TIMELINE=1 in the
+ * environment has every CTA of its kernels stamp %globaltimer at each event;
+ * each forward overwrites the stamps. The layer benchmark prints them
+ * (where the time of a forward goes, per role). Not part of the public API. */
+#ifndef MEGAMOE_TIMELINE_H
+#define MEGAMOE_TIMELINE_H
+
+#include <stdint.h>
+
+#include "contract.h"
+#include "megamoe.h"
+
+/* Copies the last forward's stamps: host [ctas][MM_TL_EVENTS] (ns; 0 = the
+ * CTA did not reach the event), *ctas the number of CTAs (<= max_ctas).
+ * Synchronous; call after megamoe_sync. */
+megamoe_status mm_layer_timeline(const megamoe_layer* layer, uint64_t* host, int max_ctas, int* ctas);
+
+#endif
