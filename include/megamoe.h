@@ -329,7 +329,9 @@ megamoe_status megamoe_nccl_versions(int* header_version, int* library_version);
 megamoe_status megamoe_unique_id(ncclUniqueId* unique_id);
 
 /* ncclCommDestroy of a communicator from megamoe_comm_create, after every
- * layer on it was destroyed (collective, like the NCCL call). NULL accepted. */
+ * layer on it was destroyed. Every rank calls it: without an earlier
+ * ncclCommFinalize, NCCL's teardown waits for the node's other ranks. NULL
+ * accepted. */
 megamoe_status megamoe_comm_destroy(ncclComm_t comm);
 
 /* ncclCommAbort: for a communicator whose peer died (after megamoe_abandon of

@@ -74,7 +74,7 @@ class Config:
     max_tokens_per_rank: int
     quant_group: int = _DEFAULTS.quant_group
     swiglu_clamp: Optional[float] = None
-    arm: Union[str, int] = "staged"
+    arm: Union[str, int] = arm_names()[_DEFAULTS.arm]
     timeout_s: float = _DEFAULTS.timeout_s
     pool_imbalance: float = _DEFAULTS.pool_imbalance
 

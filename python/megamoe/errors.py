@@ -90,7 +90,8 @@ class UnknownStatusError(Error):
     """A status code this package does not know (a newer library)."""
 
 
-__all__ = ["Error", "LayerClosedError", "UnknownStatusError", "BY_STATUS"] + [cls.__name__ for cls in BY_STATUS.values()]
+__all__ = ["Error", "LayerClosedError", "UnknownStatusError", "BY_STATUS"] + \
+    [cls.__name__ for cls in BY_STATUS.values()]
 
 
 def error_for(status, call, message=None):

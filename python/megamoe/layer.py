@@ -32,7 +32,6 @@ in the environment that starts the processes.
 """
 
 import ctypes
-import os
 import sys
 import warnings
 
@@ -54,12 +53,16 @@ def unique_id():
     return uid.to_bytes()
 
 
+_new_unique_id = unique_id  # (Layer's unique_id argument hides the name there)
+
+
 def set_device(device):
     """cudaSetDevice on the library's CUDA runtime (and torch's, when torch is imported)."""
+    device = _int_arg("device", device, "set_device")
+    check(_lib_.megamoe_set_device(device), "megamoe_set_device")
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         torch.cuda.set_device(device)
-    check(_lib_.megamoe_set_device(_int_arg("device", device)), "megamoe_set_device")
 
 
 def current_device():
@@ -107,9 +110,13 @@ class Layer:
     Layer(config, rank=r, world_size=n, unique_id=uid)
                                         without torch.distributed: uid from
                                         megamoe.unique_id() on one rank, passed to all
-    device: the CUDA device (default: the current one; set it first, e.g.
-    torch.cuda.set_device(local_rank)). config: a megamoe.Config or a dict.
-    Collective: every rank constructs it with the same config.
+    device: the CUDA device (default: the current one, torch's when torch is
+    imported; set it first, e.g. torch.cuda.set_device(local_rank)).
+    config: a megamoe.Config or a dict of its fields.
+    Collective: every rank constructs it with the same config. NCCL's
+    communicator set-up (ncclCommInitRank) waits for every rank: a rank that
+    fails before it (the checks here are shared first in the group mode)
+    leaves the others waiting there.
     """
 
     def __init__(self, config, group=None, *, rank=None, world_size=None, unique_id=None, device=None):
@@ -134,14 +141,14 @@ class Layer:
             uid = _uid_struct(unique_id) if unique_id is not None else None
             self._local_setup(device)
             if uid is None:
-                uid = _uid_struct(globals()["unique_id"]())
+                uid = _uid_struct(_new_unique_id())
         else:
             dist = _torch_dist(group)
             if dist is None:
                 self.rank, self.world_size = 0, 1
                 self.config.check(1)
                 self._local_setup(device)
-                uid = _uid_struct(globals()["unique_id"]())
+                uid = _uid_struct(_new_unique_id())
             else:
                 uid = self._agree(dist, group, device)
         self._create(uid)
@@ -159,6 +166,12 @@ class Layer:
         problem = nvls_problem()
         if problem:
             raise BadArgumentError(problem, "Layer")
+        if device is None:
+            # torch's current device, made the library's too (the same setting
+            # whether or not the two load one CUDA runtime).
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_available():
+                device = torch.cuda.current_device()
         if device is not None:
             set_device(device)
         self.device = current_device()
@@ -175,7 +188,7 @@ class Layer:
             self.config.check(self.world_size)
             self._local_setup(device)
             if self.rank == 0:
-                uid = globals()["unique_id"]()
+                uid = _new_unique_id()
         except Exception as e:  # noqa: BLE001 - shared with the peers, then raised
             failure = e
         gathered = [None] * self.world_size
@@ -268,12 +281,13 @@ class Layer:
         handle = self._layer(call)
         c = self.config
         El, H, I = self.local_experts, c.hidden, c.intermediate
-        s = stream_handle(stream, self.device)
-        t_w1 = device_tensor("w1", w1, FP8, (El, 2 * I, H), self.device, 16, writable=in_place, stream=s)
-        t_w1_sf = device_tensor("w1_sf", w1_sf, F32, (El, 2 * I // 128, H // 128), self.device, 4, stream=s)
-        t_w2 = device_tensor("w2", w2, FP8, (El, H, I), self.device, 16, stream=s)
+        s = stream_handle(stream, self.device, call)
+        dev = self.device
+        t_w1 = device_tensor("w1", w1, FP8, (El, 2 * I, H), dev, 16, writable=in_place, stream=s, call=call)
+        t_w1_sf = device_tensor("w1_sf", w1_sf, F32, (El, 2 * I // 128, H // 128), dev, 4, stream=s, call=call)
+        t_w2 = device_tensor("w2", w2, FP8, (El, H, I), dev, 16, stream=s, call=call)
         t_w2_sf = device_tensor("w2_sf", w2_sf, F32, (El, H // 128, I // 128), self.device, 16 if in_place else 4,
-                                stream=s)
+                                stream=s, call=call)
         if in_place:
             status = _lib_.megamoe_prepare_weights_in_place(handle, t_w1.ptr, t_w1_sf.ptr, t_w2.ptr, t_w2_sf.ptr, s)
             check(status, "megamoe_prepare_weights_in_place")
@@ -294,11 +308,16 @@ class Layer:
         bound >= every rank's T on all ranks (picks the GEMM tiles).
         Enqueued on the stream; returns out at once. Device-side errors (a bad
         top-k index, a peer's failure) come from sync() and error_word()."""
-        handle = self._layer("forward")
-        s = stream_handle(stream, self.device)
+        call = "forward"
+        handle = self._layer(call)
+        try:
+            s = stream_handle(stream, self.device, call)
+        except BadArgumentError as rejected:
+            self._reject(handle, stream_handle(None, self.device, call), rejected)  # the current stream
+            raise
         try:
             args, out = self._forward_args(x, x_sf, topk_idx, topk_w, out, num_tokens_bound, s)
-        except BadArgumentError as rejected:
+        except Exception as rejected:  # noqa: BLE001 - whatever it was, the peers must not wait for this rank
             self._reject(handle, s, rejected)
             raise
         check(_lib_.megamoe_forward(handle, ctypes.byref(args), s), "megamoe_forward")
@@ -307,13 +326,15 @@ class Layer:
     __call__ = forward
 
     def _forward_args(self, x, x_sf, topk_idx, topk_w, out, bound, s):
+        call = "forward"
         c, dev = self.config, self.device
         H, K = c.hidden, c.top_k
-        t_x = device_tensor("x", x, FP8, (None, H), dev, 1, stream=s)
+        t_x = device_tensor("x", x, FP8, (None, H), dev, 1, stream=s, call=call)
         T = t_x.shape[0]
-        t_sf = device_tensor("x_sf", x_sf, F32, (T, H // 128), dev, 4, stream=s)
-        t_idx = device_tensor("topk_idx", topk_idx, INDEX, (T, K), dev, {"int32": 4, "int64": 8}, stream=s)
-        t_w = device_tensor("topk_w", topk_w, F32, (T, K), dev, 4, stream=s)
+        t_sf = device_tensor("x_sf", x_sf, F32, (T, H // 128), dev, 4, stream=s, call=call)
+        t_idx = device_tensor("topk_idx", topk_idx, INDEX, (T, K), dev, {"int32": 4, "int64": 8}, stream=s,
+                              call=call)
+        t_w = device_tensor("topk_w", topk_w, F32, (T, K), dev, 4, stream=s, call=call)
         if bound is None:
             bound = 0
         elif isinstance(bound, bool) or not isinstance(bound, int) or not 0 <= bound < 1 << 63:
@@ -324,7 +345,7 @@ class Layer:
                 raise BadArgumentError("out: None needs torch to allocate the output; pass a [T, H] bf16 tensor",
                                        "forward")
             out = torch.empty((T, H), dtype=torch.bfloat16, device=f"cuda:{dev}")
-        t_y = device_tensor("out", out, BF16, (T, H), dev, 16, writable=True, stream=s)
+        t_y = device_tensor("out", out, BF16, (T, H), dev, 16, writable=True, stream=s, call=call)
         args = _lib.megamoe_forward_args(
             t_x.ptr, t_sf.ptr, t_idx.ptr, _lib.INDEX_INT64 if t_idx.dtype == "int64" else _lib.INDEX_INT32,
             t_w.ptr, T, bound, t_y.ptr)
@@ -332,8 +353,11 @@ class Layer:
 
     def _reject(self, handle, s, rejected):
         """Enqueues the C layer's empty forward carrying MEGAMOE_ERR_BAD_ARGUMENT
-        (an index type the C layer refuses), so the peers stay in step."""
-        self._binding_rejects.append(str(rejected))
+        (args with an index type the C layer refuses: it reads no other field),
+        so the peers stay in step: their sync() raises PeerFailedError."""
+        text = f"{rejected.call}: {rejected.message}" if isinstance(rejected, Error) else \
+            f"{type(rejected).__name__}: {rejected}"
+        self._binding_rejects.append(text)
         args = _lib.megamoe_forward_args(None, None, None, -1, None, 0, 0, None)
         _lib_.megamoe_forward(handle, ctypes.byref(args), s)
 
@@ -347,7 +371,7 @@ class Layer:
         a peer process died."""
         handle = self._layer("sync")
         rejects, self._binding_rejects = self._binding_rejects, []
-        status = _lib_.megamoe_sync(handle, stream_handle(stream, self.device))
+        status = _lib_.megamoe_sync(handle, stream_handle(stream, self.device, "sync"))
         if status != 0:
             err = error_for(status, "megamoe_sync")
             if rejects:

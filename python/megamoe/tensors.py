@@ -96,7 +96,7 @@ def _dlpack_stream(stream):
     return 1 if not stream else stream
 
 
-def _dlpack_tensor(name, obj, stream):
+def _dlpack_tensor(name, obj, stream, call):
     dev_type, dev_id = obj.__dlpack_device__()
     dev_type, dev_id = int(dev_type), int(dev_id)
     if dev_type not in (_DL_CUDA, _DL_CUDA_MANAGED):
@@ -107,7 +107,10 @@ def _dlpack_tensor(name, obj, stream):
         capsule = obj.__dlpack__(stream=_dlpack_stream(stream))
     except TypeError:
         capsule = obj.__dlpack__()
-    address = _capsule_get(capsule, b"dltensor")
+    try:
+        address = _capsule_get(capsule, b"dltensor")
+    except (ValueError, TypeError) as e:
+        raise BadArgumentError(f"{name}: __dlpack__ gave no DLPack tensor capsule ({e})", call) from None
     t = _DLTensor.from_address(address)  # DLManagedTensor starts with its DLTensor
     key = (t.dtype.code, t.dtype.bits)
     dtype = _DL_CODES.get(key, f"dlpack type code {key[0]} bits {key[1]}") if t.dtype.lanes == 1 else \
@@ -118,17 +121,16 @@ def _dlpack_tensor(name, obj, stream):
     return Tensor(name, ptr, shape, strides, dtype, "cuda", t.device.device_id, False, capsule)
 
 
-def _array_interface_tensor(name, obj):
+def _array_interface_tensor(name, obj, call):
     cai = obj.__cuda_array_interface__
     try:
         shape = tuple(int(d) for d in cai["shape"])
         typestr = cai["typestr"]
         ptr, readonly = cai["data"]
     except (KeyError, TypeError, ValueError) as e:
-        raise BadArgumentError(f"{name}: malformed __cuda_array_interface__ ({e})", "megamoe") from None
+        raise BadArgumentError(f"{name}: malformed __cuda_array_interface__ ({e})", call) from None
     if cai.get("mask") is not None:
-        raise BadArgumentError(f"{name}: a masked array (__cuda_array_interface__ mask) is not supported",
-                               "megamoe")
+        raise BadArgumentError(f"{name}: a masked array (__cuda_array_interface__ mask) is not supported", call)
     dtype = _TYPESTR.get(typestr, f"typestr {typestr!r}")
     strides = cai.get("strides")
     if strides is not None:
@@ -140,17 +142,17 @@ def _array_interface_tensor(name, obj):
     return Tensor(name, int(ptr or 0), shape, strides, dtype, "cuda", None, bool(readonly), None)
 
 
-def describe(name, obj, stream=0):
+def describe(name, obj, stream=0, call="megamoe"):
     """The Tensor of one argument, whatever protocol it speaks (no checks yet)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
         return _torch_tensor(name, obj)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
-        return _dlpack_tensor(name, obj, stream)
+        return _dlpack_tensor(name, obj, stream, call)
     if hasattr(obj, "__cuda_array_interface__"):
-        return _array_interface_tensor(name, obj)
+        return _array_interface_tensor(name, obj, call)
     raise BadArgumentError(f"{name}: a {type(obj).__name__} is not a device tensor (give a torch.Tensor, or an "
-                           f"object with __dlpack__ or __cuda_array_interface__)", "megamoe")
+                           f"object with __dlpack__ or __cuda_array_interface__)", call)
 
 
 def _contiguous(t):
@@ -164,35 +166,35 @@ def _contiguous(t):
     return True
 
 
-def device_tensor(name, obj, dtypes, shape, device_id, align=1, writable=False, stream=0):
+def device_tensor(name, obj, dtypes, shape, device_id, align=1, writable=False, stream=0, call="megamoe"):
     """Reads obj and checks it: CUDA memory on device_id (when the protocol says),
     one of dtypes, exactly shape (None entries are free), C-contiguous, its
     pointer a multiple of align bytes (an int, or a dict by dtype; checked when
     it holds elements), writable when
     asked. Returns the Tensor."""
-    t = describe(name, obj, stream)
+    t = describe(name, obj, stream, call)
     if t.device != "cuda" and t.device != "cuda_managed":
-        raise BadArgumentError(f"{name}: in {t.device} memory; the layer needs CUDA device memory", "megamoe")
+        raise BadArgumentError(f"{name}: in {t.device} memory; the layer needs CUDA device memory", call)
     if device_id is not None and t.device_id is not None and t.device_id != device_id:
-        raise BadArgumentError(f"{name}: on cuda:{t.device_id}, the layer runs on cuda:{device_id}", "megamoe")
+        raise BadArgumentError(f"{name}: on cuda:{t.device_id}, the layer runs on cuda:{device_id}", call)
     if t.dtype not in dtypes:
-        raise BadArgumentError(f"{name}: dtype {t.dtype}, expected {' or '.join(dtypes)}", "megamoe")
+        raise BadArgumentError(f"{name}: dtype {t.dtype}, expected {' or '.join(dtypes)}", call)
     if len(t.shape) != len(shape) or any(e is not None and d != e for d, e in zip(t.shape, shape)):
         want = "(" + ", ".join("*" if e is None else str(e) for e in shape) + ")"
-        raise BadArgumentError(f"{name}: shape {tuple(t.shape)}, expected {want}", "megamoe")
+        raise BadArgumentError(f"{name}: shape {tuple(t.shape)}, expected {want}", call)
     if not _contiguous(t):
         raise BadArgumentError(f"{name}: not contiguous (strides {t.strides} for shape {t.shape}); pass "
-                               f"a contiguous tensor (e.g. .contiguous())", "megamoe")
+                               f"a contiguous tensor (e.g. .contiguous())", call)
     if isinstance(align, dict):
         align = align[t.dtype]
     if t.numel > 0 and t.ptr % align:
-        raise BadArgumentError(f"{name}: address {t.ptr:#x} is not {align}-byte aligned", "megamoe")
+        raise BadArgumentError(f"{name}: address {t.ptr:#x} is not {align}-byte aligned", call)
     if writable and t.readonly:
-        raise BadArgumentError(f"{name}: read-only, and the layer writes it", "megamoe")
+        raise BadArgumentError(f"{name}: read-only, and the layer writes it", call)
     return t
 
 
-def stream_handle(stream, device_id=None):
+def stream_handle(stream, device_id=None, call="megamoe"):
     """A cudaStream_t (int) for stream: None (torch's current stream on the
     layer's device when torch is imported, else the legacy default stream 0),
     an int handle, an object with .cuda_stream (torch.cuda.Stream) or
@@ -203,10 +205,10 @@ def stream_handle(stream, device_id=None):
             return int(torch.cuda.current_stream(device_id).cuda_stream)
         return 0
     if isinstance(stream, bool):
-        raise BadArgumentError(f"stream: {stream!r} is not a CUDA stream", "megamoe")
+        raise BadArgumentError(f"stream: {stream!r} is not a CUDA stream", call)
     if isinstance(stream, int):
         if stream < 0 or stream >= 1 << 64:
-            raise BadArgumentError(f"stream: {stream} is not a stream handle", "megamoe")
+            raise BadArgumentError(f"stream: {stream} is not a stream handle", call)
         return stream
     handle = getattr(stream, "cuda_stream", None)
     if isinstance(handle, int) and not isinstance(handle, bool):
@@ -218,4 +220,4 @@ def stream_handle(stream, device_id=None):
         except (TypeError, IndexError, ValueError):
             pass
     raise BadArgumentError(f"stream: a {type(stream).__name__} is not a CUDA stream (give None, an int "
-                           f"handle, a torch.cuda.Stream or an object with __cuda_stream__)", "megamoe")
+                           f"handle, a torch.cuda.Stream or an object with __cuda_stream__)", call)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import megamoe
-from fakes import BASE, DL_BFLOAT, DL_FLOAT, DL_FLOAT8_E4M3FN, DL_INT, DL_UINT, FakeCAI, FakeDLPack
+from fakes import BASE, DL_BFLOAT, DL_FLOAT, DL_FLOAT8_E4M3FN, DL_UINT, FakeCAI, FakeDLPack
 
 H, I, E, K, TMAX = 256, 384, 8, 2, 64
 CFG = dict(hidden=H, intermediate=I, num_experts=E, top_k=K, max_tokens_per_rank=TMAX)
@@ -124,8 +124,10 @@ El = E // 2
 
 
 def good_weights():
-    return dict(w1=FakeCAI((El, 2 * I, H), "|u1", BASE), w1_sf=FakeCAI((El, 2 * I // 128, H // 128), "<f4", BASE + 0x100000),
-                w2=FakeCAI((El, H, I), "|u1", BASE + 0x200000), w2_sf=FakeCAI((El, H // 128, I // 128), "<f4", BASE + 0x300000))
+    return dict(w1=FakeCAI((El, 2 * I, H), "|u1", BASE),
+                w1_sf=FakeCAI((El, 2 * I // 128, H // 128), "<f4", BASE + 0x100000),
+                w2=FakeCAI((El, H, I), "|u1", BASE + 0x200000),
+                w2_sf=FakeCAI((El, H // 128, I // 128), "<f4", BASE + 0x300000))
 
 
 def test_good_weights_reach_the_c_layer(layer):
@@ -164,3 +166,50 @@ def test_in_place_weights_must_be_writable_and_16_byte_aligned(layer):
     reaches_c(lambda: layer.prepare_weights(**w, stream=0))
     with pytest.raises(megamoe.BadArgumentError, match="w2_sf: address .* is not 16-byte aligned"):
         layer.prepare_weights(**w, in_place=True, stream=0)
+
+
+def test_sync_names_the_forwards_the_binding_rejected(layer):
+    with pytest.raises(megamoe.BadArgumentError):
+        layer.forward(**{**good_args(), "x": FakeCAI((T, H), "<f4")}, stream=0)
+    with pytest.raises(megamoe.BadArgumentError):
+        layer.forward(**{**good_args(), "out": FakeCAI((T, H), "<f4")}, stream=0)
+    with pytest.raises(megamoe.NullPointerError) as e:  # the NULL layer's sync, annotated
+        layer.sync(stream=0)
+    assert "the binding rejected 2 forward(s) since the last sync, the first: forward: x: dtype float32" in str(e.value)
+    with pytest.raises(megamoe.NullPointerError) as e:
+        layer.sync(stream=0)
+    assert "rejected" not in str(e.value), "the count starts again after a sync"
+
+
+def test_info_and_error_word_of_a_layer(layer):
+    d = layer.info()
+    assert d["rank"] == 0 and d["device"] == 0 and d["weights_mode"] is None
+    want = megamoe.layout(CFG, 2)
+    assert {k: v for k, v in d.items() if k in want} == want
+    with pytest.raises(megamoe.NullPointerError, match="layer is NULL"):
+        layer.error_word()
+
+
+class _BrokenProducer:
+    def __init__(self, result):
+        self.result = result
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None):
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
+def test_any_failure_reading_the_arguments_still_keeps_the_peers_in_step(layer):
+    with pytest.raises(megamoe.BadArgumentError, match="x: __dlpack__ gave no DLPack tensor capsule"):
+        layer.forward(**{**good_args(), "x": _BrokenProducer("not a capsule")}, stream=0)
+    with pytest.raises(RuntimeError, match="producer broke"):
+        layer.forward(**{**good_args(), "x_sf": _BrokenProducer(RuntimeError("producer broke"))}, stream=0)
+    # Both were counted as rejected forwards (an empty forward was enqueued for each).
+    assert len(layer._binding_rejects) == 2 and "RuntimeError: producer broke" in layer._binding_rejects[1]
+    with pytest.raises(megamoe.BadArgumentError, match="stream: a str"):
+        layer.forward(**good_args(), stream="s")
+    assert len(layer._binding_rejects) == 3

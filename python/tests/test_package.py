@@ -55,12 +55,11 @@ def test_every_function_of_the_header_is_bound():
 def test_the_library_exports_exactly_the_header_api():
     out = subprocess.run(["nm", "-D", "--defined-only", megamoe.library_path()], capture_output=True, text=True,
                          check=True).stdout
-    exported = {line.split()[-1] for line in out.splitlines() if line.split() and line.split()[-1].startswith("megamoe_")}
+    symbols = [line.split() for line in out.splitlines() if len(line.split()) >= 3]
+    exported = {s[-1] for s in symbols if s[-1].startswith("megamoe_")}
     declared = set(re.findall(r"\b(megamoe_[a-z0-9_]+)\s*\(", _header_text()))
     assert exported == declared
-    others = [line.split()[-1] for line in out.splitlines()
-              if len(line.split()) >= 3 and line.split()[1] in "TtDdBbRr" and not line.split()[-1].startswith("megamoe_")
-              and not line.split()[-1].startswith("_")]
+    others = [s[-1] for s in symbols if s[1] in "TtDdBbRr" and not s[-1].startswith(("megamoe_", "_"))]
     assert others == [], f"symbols beyond the API exported: {others[:10]}"
 
 

@@ -2,7 +2,6 @@
 in numpy here (contract.py), bitwise; the rank-split invariance; the checker
 through the binding; and planted errors that each check must catch."""
 
-import itertools
 import math
 
 import numpy as np
@@ -173,7 +172,8 @@ def test_reference_argument_errors_name_the_argument():
     p = contract.Problem(cfg, 8, seed=2)
     bad_idx = p.topk_idx.copy()
     bad_idx[2, 1] = cfg.num_experts
-    with pytest.raises(megamoe.BadTopkIndexError, match=r"args->topk_idx\[5\] \(token 2, slot 1\) = 4: outside \[-1, 4\)"):
+    text = r"args->topk_idx\[5\] \(token 2, slot 1\) = 4: outside \[-1, 4\)"
+    with pytest.raises(megamoe.BadTopkIndexError, match=text):
         run_reference(p, topk_idx=bad_idx)
     with pytest.raises(megamoe.BadTopkIndexError, match="= -2"):
         run_reference(p, topk_idx=np.full_like(p.topk_idx, -2, dtype=np.int64))

@@ -115,7 +115,6 @@ def run_arm(arm, rank, world, rec):
 
     layer.prepare_weights(w1, w1_sf, w2, w2_sf)
     y = layer.forward(x, x_sf, idx, w)
-    state = {"y": y}
 
     def forward_reference():
         layer.sync()

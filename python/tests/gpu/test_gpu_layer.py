@@ -98,7 +98,8 @@ def test_ranks_finish_in_time(world_run, capsys):
         for r, res in run["results"].items():
             print(f"\n[EP{world} rank {r}] {json.dumps(res.get('info', {}))}")
             for name, c in res.get("checks", {}).items():
-                print(f"[EP{world} rank {r}] {'ok  ' if c['ok'] else 'FAIL'} {name}: {c['detail'].splitlines()[-1] if c['detail'] else ''}")
+                last = c["detail"].splitlines()[-1] if c["detail"] else ""
+                print(f"[EP{world} rank {r}] {'ok  ' if c['ok'] else 'FAIL'} {name}: {last}")
     assert not run["hung"], f"ranks {run['hung']} were still running after {TIMEOUT_S:.0f} s: {_where(run)}"
     setup = [res["checks"].get("setup") for res in run["results"].values()]
     assert all(s is None for s in setup), f"set-up failed: {setup}"
