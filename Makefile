@@ -4,7 +4,9 @@
 # visible); `make gpu-test` runs only the GPU tests; `make install
 # PREFIX=...` installs the header, both libraries and the pkg-config files;
 # `make install-check` installs into a temporary folder and builds the
-# example against it through pkg-config (no GPU needed).
+# example against it through pkg-config (no GPU needed). `make python` stages
+# the shared library into the Python package (python/megamoe/lib/);
+# `make python-install` also pip-installs the package (PYTHON, PIP_FLAGS).
 #
 # CUDA is found through CUDA_HOME; NCCL next to it (the CUDA include folder on
 # the CPU machines) or in the system folders (the GPU machines). NCCL >= 2.28
@@ -103,7 +105,7 @@ LIBDIR       ?= $(PREFIX)/lib
 INCLUDEDIR   ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-.PHONY: all test unit-test gpu-test install install-check fuzz-sanitized clean
+.PHONY: all test unit-test gpu-test install install-check fuzz-sanitized clean python python-install
 all: $(LIB) $(SO) $(UNIT_BIN) $(GPU_BIN) $(TOOL_BIN) $(EXAMPLE_BIN)
 
 $(BUILD)/%.o: %.c
@@ -147,13 +149,35 @@ $(EXAMPLE_BIN): $(BUILD)/examples/%: $(BUILD)/examples/%.o $(SO)
 unit-test: $(UNIT_BIN) $(TOOL_BIN)
 	$(UNIT_BIN)
 
-gpu-test: $(GPU_BIN)
-	NCCL_NVLS_ENABLE=0 $(GPU_BIN)
+# The Python interpreter of the Python tests and of python-install.
+PYTHON ?= python3
+export PYTHON
 
-# CPU tests (they also run the tool), then the GPU tests (they skip where no
-# GPU is visible).
-test: $(UNIT_BIN) $(GPU_BIN) $(TOOL_BIN)
+# Every GPU test: the C suites, then the Python package's (python/tests/gpu:
+# torch + torch.distributed, EP1 and EP2; they skip without torch or GPUs).
+gpu-test: $(GPU_BIN) $(SO)
+	tests/run_tests.sh $(BUILD) gpu
+
+# CPU tests (they also run the tool), the GPU tests (they skip where no GPU
+# is visible), and the Python package's tests (python/tests; skipped, saying
+# so, where PYTHON lacks numpy or pytest, unless
+# MEGAMOE_REQUIRE_PYTHON_TESTS=1).
+test: $(UNIT_BIN) $(GPU_BIN) $(TOOL_BIN) $(SO)
 	tests/run_tests.sh $(BUILD)
+
+# ---- Python package (python/) -----------------------------------------------
+# `make python` copies the shared library into the package, where the package
+# finds it once installed; `make python-install` then pip-installs python/
+# into PYTHON's environment (offline: PIP_FLAGS=--no-build-isolation, with
+# setuptools installed).
+PY_LIB := python/megamoe/lib/$(SONAME)
+python: $(PY_LIB)
+$(PY_LIB): $(SO)
+	@mkdir -p $(dir $@)
+	cp -f $(SO) $@
+
+python-install: $(PY_LIB)
+	$(PYTHON) -m pip install $(PIP_FLAGS) ./python
 
 # The config/layout fuzz (tests/unit/test_fuzz.c) built on its own with
 # AddressSanitizer and UndefinedBehaviorSanitizer over the host sources it
@@ -216,6 +240,6 @@ install-check: $(LIB) $(SO)
 	echo "install-check: installed into a temporary PREFIX, built $(notdir $(EXAMPLE_BIN)) through pkg-config (megamoe, megamoe-static), ran them without a GPU: OK"
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) python/megamoe/lib python/build python/megamoe.egg-info
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -305,6 +305,158 @@ const megamoe_config* megamoe_layer_config(const megamoe_layer* layer);
 int megamoe_layer_rank(const megamoe_layer* layer);
 int megamoe_layer_num_ranks(const megamoe_layer* layer);
 
+/* ---- Library facts --------------------------------------------------------
+ * A binding (python/megamoe) compares these with what it was written for. */
+#define MEGAMOE_VERSION (MEGAMOE_VERSION_MAJOR * 1000 + MEGAMOE_VERSION_MINOR)
+
+/* MEGAMOE_VERSION of the library that is loaded. */
+int megamoe_version(void);
+
+/* NCCL versions in NCCL_VERSION_CODE form (22809 for 2.28.9): header_version
+ * is the nccl.h the library was built against (its device code inlines
+ * NCCL's device API), library_version the libnccl this process loaded
+ * (ncclGetVersion; in a process that loads two libraries of that name, the
+ * first one wins). Either output may be NULL. No device needed. */
+megamoe_status megamoe_nccl_versions(int* header_version, int* library_version);
+
+/* ---- Process helpers -------------------------------------------------------
+ * CUDA and NCCL calls a program needs around a layer, for callers that reach
+ * the library only (a language binding): they act on the CUDA runtime and
+ * NCCL the library itself loaded. */
+
+/* ncclGetUniqueId: the id megamoe_comm_create takes, made on one rank and
+ * passed by the caller to every other rank. No device needed. */
+megamoe_status megamoe_unique_id(ncclUniqueId* unique_id);
+
+/* ncclCommDestroy of a communicator from megamoe_comm_create, after every
+ * layer on it was destroyed. Every rank calls it: without an earlier
+ * ncclCommFinalize, NCCL's teardown waits for the node's other ranks. NULL
+ * accepted. */
+megamoe_status megamoe_comm_destroy(ncclComm_t comm);
+
+/* ncclCommAbort: for a communicator whose peer died (after megamoe_abandon of
+ * its layers). Not collective. NULL accepted. */
+megamoe_status megamoe_comm_abort(ncclComm_t comm);
+
+/* cudaSetDevice / cudaGetDevice on the library's CUDA runtime. set_device
+ * checks device against the visible device count (MEGAMOE_ERR_NO_DEVICE when
+ * none is visible, MEGAMOE_ERR_BAD_ARGUMENT when out of range). */
+megamoe_status megamoe_set_device(int device);
+megamoe_status megamoe_get_device(int* device);
+
+/* ---- Buffer layout (what `megamoe info` prints) ---------------------------
+ * Pure host code: the layout megamoe_create would allocate for config on
+ * num_ranks ranks. */
+typedef enum megamoe_space {
+  MEGAMOE_SPACE_SYMMETRIC = 0, /* the NCCL window peers read and write */
+  MEGAMOE_SPACE_WORKSPACE = 1  /* local device memory */
+} megamoe_space;
+
+typedef struct megamoe_region {
+  const char* name;    /* static string ("input_x", "pool_x", ...) */
+  megamoe_space space;
+  uint64_t offset;     /* within its space's allocation */
+  uint64_t bytes;      /* 0 when the config's arm does not use the region */
+  uint64_t align;
+} megamoe_region;
+
+typedef struct megamoe_layout_info {
+  int32_t num_ranks;
+  int32_t num_regions;              /* how many megamoe_region the layout has (fixed per build) */
+  int64_t local_experts;            /* E_l */
+  int64_t pool_rows;                /* expert pool capacity in rows (config pool_imbalance) */
+  uint64_t symmetric_bytes;         /* per rank, as megamoe_buffer_sizes */
+  uint64_t workspace_bytes;
+  uint64_t prepared_weight_bytes;   /* megamoe_weight_memory, MEGAMOE_WEIGHTS_COPY */
+  uint64_t in_place_resident_bytes; /* MEGAMOE_WEIGHTS_IN_PLACE: kept until destroy */
+  uint64_t in_place_peak_bytes;     /* MEGAMOE_WEIGHTS_IN_PLACE: during preparation */
+} megamoe_layout_info;
+
+/* Fills *info and, when regions is not NULL, regions[0 .. info->num_regions)
+ * (capacity must be at least info->num_regions, else
+ * MEGAMOE_ERR_BAD_ARGUMENT naming capacity and the count). regions NULL:
+ * only *info (ask the count first). Config errors as megamoe_check_config. */
+megamoe_status megamoe_layout(const megamoe_config* config, int num_ranks, megamoe_layout_info* info,
+                              megamoe_region* regions, int capacity);
+
+/* ---- The CPU reference and the checker, for users' own tests --------------
+ * The reference of the library's own tests (ref/ref.h: the contract of
+ * DESIGN.md section 1 written out exactly, in C on the CPU) and the
+ * per-token checker the GPU tests judge every forward with (ref/ref_check.h).
+ * Host memory only; no device, no CUDA call. */
+
+/* y of one rank's tokens. rank_weights[r] (r < num_ranks) holds rank r's
+ * E_l experts in the checkpoint layout of megamoe_weights, as HOST pointers
+ * (every rank's: a token may be routed to any expert); args are this rank's
+ * inputs and output as HOST pointers, laid out as for megamoe_forward
+ * (num_tokens_bound is not used: the reference has no tiles). A token's
+ * output depends on its own inputs and the weights only, so the source rank
+ * does not enter, and the same global weights give bitwise the same y for
+ * any num_ranks. Checks: the config, every pointer (a token pointer may be
+ * NULL when num_tokens is 0), num_tokens in [0, max_tokens_per_rank]
+ * (MEGAMOE_ERR_TOO_MANY_TOKENS), the index type, every top-k index in
+ * [-1, E) (MEGAMOE_ERR_BAD_TOPK_INDEX naming the element); y is untouched on
+ * a failure. MEGAMOE_ERR_OUT_OF_MEMORY when a scratch allocation fails. */
+megamoe_status megamoe_reference_forward(const megamoe_config* config, int num_ranks,
+                                         const megamoe_weights* rank_weights,
+                                         const megamoe_forward_args* args);
+
+/* Bounds of megamoe_check_output; megamoe_check_default_bounds gives the
+ * ones the library's GPU tests use (about 5x above what the H200 measured;
+ * ref/ref_check.h says how they were set). */
+typedef struct megamoe_check_bounds {
+  double row_rel_err;        /* per token: ||y - y_ref|| / ||y_ref|| */
+  double row_abs_over_scale; /* per token: max |y - y_ref| / rms(y_ref row) */
+  double diff;               /* whole rank: 1 - 2 sum(y y_ref) / sum(y^2 + y_ref^2) */
+  double scale_floor;        /* a row's scale (rms) is at least this */
+} megamoe_check_bounds;
+
+megamoe_check_bounds megamoe_check_default_bounds(void);
+
+/* Why a check failed (the first reason, in this order of precedence). */
+typedef enum megamoe_check_failure {
+  MEGAMOE_CHECK_PASSED = 0,
+  MEGAMOE_CHECK_BAD_REFERENCE = 2,  /* y_ref holds a NaN or an Inf */
+  MEGAMOE_CHECK_NONFINITE = 3,      /* y holds a NaN or an Inf */
+  MEGAMOE_CHECK_MASKED_NONZERO = 4, /* every slot of a token masked, its row not all +0.0 */
+  MEGAMOE_CHECK_ROW_REL_ERR = 5,    /* a token's rel err above its bound */
+  MEGAMOE_CHECK_ROW_ABS_ERR = 6,    /* a token's max abs/scale above its bound */
+  MEGAMOE_CHECK_DIFF = 7            /* the whole rank's diff above its bound (or NaN) */
+} megamoe_check_failure;
+
+typedef struct megamoe_check_stats {
+  int32_t pass;                    /* 1: every check passed */
+  megamoe_check_failure first_failure;
+  const char* first_failure_name;  /* static text ("row rel err", ...; "passed") */
+  int64_t first_failure_token;     /* lowest failing token; -1 for a whole-rank failure or none */
+  int64_t tokens_checked;          /* num_tokens */
+  int64_t tokens_masked;           /* tokens with every slot masked (must be exactly +0.0) */
+  int64_t tokens_failed;
+  int64_t nonfinite;               /* NaN or Inf elements of y */
+  double max_rel_err;              /* over the tokens with a live slot and a finite row */
+  int64_t max_rel_err_token;       /* -1 when no such token */
+  double max_abs_over_scale;
+  int64_t max_abs_over_scale_token;
+  double diff;                     /* whole rank (NaN when y holds a NaN) */
+  int32_t diff_judged;             /* 0: fewer than diff_min_tokens live tokens, diff not judged */
+  int32_t diff_min_tokens;
+  megamoe_check_bounds bounds;     /* the bounds judged against */
+  char summary[512];               /* one line: "PASS T 64 (masked 0) max rel err ..." */
+} megamoe_check_stats;
+
+/* Judges one rank's y [num_tokens, hidden] (bf16 bits) against y_ref from
+ * megamoe_reference_forward, token by token, with the slots' top-k indices
+ * [num_tokens, top_k] (only their sign is read). bounds NULL: the defaults.
+ * Returns MEGAMOE_OK when the check ran, whatever it found (stats->pass and
+ * stats->summary say); an error status, *stats untouched, when an argument
+ * is bad: NULL pointers (y, y_ref, topk_idx may be NULL when num_tokens is
+ * 0), num_tokens < 0, hidden or top_k < 1, a bound not positive and finite,
+ * an unknown index type. */
+megamoe_status megamoe_check_output(const uint16_t* y, const uint16_t* y_ref, int64_t num_tokens,
+                                    int64_t hidden, const void* topk_idx,
+                                    megamoe_index_type topk_idx_type, int64_t top_k,
+                                    const megamoe_check_bounds* bounds, megamoe_check_stats* stats);
+
 #ifdef __cplusplus
 }
 #endif
