@@ -271,6 +271,15 @@ typedef struct megamoe_forward_args {
 megamoe_status megamoe_forward(megamoe_layer* layer, const megamoe_forward_args* args,
                                cudaStream_t stream);
 
+/* Collective, in place of a forward: a caller (a language binding) that
+ * rejects its own arguments before they reach megamoe_forward still takes
+ * part, so the peers do not wait for it: an empty forward carrying `status`
+ * (an error status) is enqueued on stream, the peers' megamoe_sync reports
+ * MEGAMOE_ERR_PEER_FAILED naming this rank and `status`, and this rank's
+ * next megamoe_sync reports `status` with `message`. Returns `status`. */
+megamoe_status megamoe_forward_reject(megamoe_layer* layer, megamoe_status status, const char* message,
+                                      cudaStream_t stream);
+
 /* Waits for the stream and returns the first error of the layer's forwards
  * since the last megamoe_sync, described in words by megamoe_last_error()
  * (which rank, which forward, where, which peer, how long a wait waited, the

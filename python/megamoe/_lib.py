@@ -157,6 +157,7 @@ PROTOTYPES = [
     ("megamoe_prepare_weights", status_t, [c_void_p, POINTER(megamoe_weights), c_void_p]),
     ("megamoe_prepare_weights_in_place", status_t, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p]),
     ("megamoe_forward", status_t, [c_void_p, POINTER(megamoe_forward_args), c_void_p]),
+    ("megamoe_forward_reject", status_t, [c_void_p, status_t, ctypes.c_char_p, c_void_p]),
     ("megamoe_sync", status_t, [c_void_p, c_void_p]),
     ("megamoe_error_word", status_t, [c_void_p, POINTER(c_void_p)]),
     ("megamoe_input_staging", status_t, [c_void_p, POINTER(c_void_p), POINTER(c_void_p)]),

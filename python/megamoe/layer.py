@@ -352,14 +352,14 @@ class Layer:
         return args, out
 
     def _reject(self, handle, s, rejected):
-        """Enqueues the C layer's empty forward carrying MEGAMOE_ERR_BAD_ARGUMENT
-        (args with an index type the C layer refuses: it reads no other field),
-        so the peers stay in step: their sync() raises PeerFailedError."""
+        """megamoe_forward_reject: the C layer's empty forward carrying the
+        binding's rejection, so the peers stay in step (their sync() raises
+        PeerFailedError) and this rank's next sync() reports this message."""
         text = f"{rejected.call}: {rejected.message}" if isinstance(rejected, Error) else \
             f"{type(rejected).__name__}: {rejected}"
         self._binding_rejects.append(text)
-        args = _lib.megamoe_forward_args(None, None, None, -1, None, 0, 0, None)
-        _lib_.megamoe_forward(handle, ctypes.byref(args), s)
+        status = rejected.status if isinstance(rejected, Error) and rejected.status else BadArgumentError.status
+        _lib_.megamoe_forward_reject(handle, status, text.encode("utf-8", "replace"), s)
 
     # ---- errors and sync -------------------------------------------------------
 

@@ -510,6 +510,31 @@ static megamoe_status run_arm(megamoe_layer* l, const mm_forward_view* f, mm_reg
   return mm_staged_forward(&l->view, f, l->plan.gemm[regime], stream);
 }
 
+/* An empty forward that carries `status`: the peers stay in step (their
+ * sync reports MEGAMOE_ERR_PEER_FAILED), this rank's next sync reports
+ * `message`. Returns `status` with the message. */
+static megamoe_status enqueue_rejection(megamoe_layer* l, megamoe_status status, const char* message,
+                                        cudaStream_t stream) {
+  if (l->reject_message[0] == '\0') snprintf(l->reject_message, sizeof l->reject_message, "%s", message);
+  mm_forward_view f;
+  memset(&f, 0, sizeof f);
+  f.injected_error = (int32_t)status;
+  megamoe_status run = run_arm(l, &f, MM_REGIME_DECODE, stream);
+  if (run != MEGAMOE_OK)
+    return mm_fail(status, "%s (and the empty forward that keeps the peers in step failed to enqueue: %s)", message,
+                   megamoe_last_error());
+  return mm_fail(status, "%s", message);
+}
+
+megamoe_status megamoe_forward_reject(megamoe_layer* l, megamoe_status status, const char* message,
+                                      cudaStream_t stream) {
+  mm_clear_error();
+  if (!l) return mm_fail(MEGAMOE_ERR_NULL_POINTER, "layer is NULL (nothing was enqueued)");
+  if (status <= MEGAMOE_OK || status >= MEGAMOE_STATUS_COUNT)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "status = %d: not an error status (nothing was enqueued)", (int)status);
+  return enqueue_rejection(l, status, message && message[0] ? message : "rejected by the caller", stream);
+}
+
 megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
                                cudaStream_t stream) {
   mm_clear_error();
@@ -531,16 +556,9 @@ megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
       rejected = mm_fail(MEGAMOE_ERR_CUDA, "staging args->x / x_sf (cudaMemcpyAsync): %s", cudaGetErrorString(e));
   }
   if (rejected != MEGAMOE_OK) {
-    /* An empty forward that carries the error: the peers stay in step. */
     char message[sizeof l->reject_message];
     snprintf(message, sizeof message, "%s", megamoe_last_error());
-    if (l->reject_message[0] == '\0') snprintf(l->reject_message, sizeof l->reject_message, "%s", message);
-    f.injected_error = (int32_t)rejected;
-    megamoe_status run = run_arm(l, &f, MM_REGIME_DECODE, stream);
-    if (run != MEGAMOE_OK)
-      return mm_fail(rejected, "%s (and the empty forward that keeps the peers in step failed to enqueue: %s)",
-                     message, megamoe_last_error());
-    return mm_fail(rejected, "%s", message);
+    return enqueue_rejection(l, rejected, message, stream);
   }
   f.topk_idx = a->topk_idx;
   f.topk_idx_int64 = a->topk_idx_type == MEGAMOE_INDEX_INT64;
