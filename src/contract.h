@@ -93,6 +93,7 @@ typedef struct mm_layer_view {
   uint8_t* peer_sym[MM_MAX_RANKS];   /* symmetric buffer base of each rank (own included) */
   uint64_t offset[MM_REGION_COUNT];  /* region offsets in their space */
   uint64_t timeout_ns;
+  int32_t num_sms;                   /* the device's SMs: the persistent arms' grid (one CTA each) */
   int32_t fill_blocks;               /* grid of the grid-stride kernels: 4 per SM */
   uint64_t* timeline;                /* [CTA][MM_TL_EVENTS] %globaltimer stamps of the split arm's kernels,
                                         or NULL (off: MEGAMOE_TIMELINE=1 at create turns it on) */

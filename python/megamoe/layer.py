@@ -409,35 +409,26 @@ class Layer:
     def close(self):
         """megamoe_destroy then the communicator (collective: every rank calls it).
         Idempotent."""
-        handle, comm = self._handle, self._comm
-        self._handle, self._comm, self._keep = None, None, ()
-        first = None
-        if handle:
-            status = _lib_.megamoe_destroy(handle)
-            if status != 0:
-                first = error_for(status, "megamoe_destroy")
-        if comm:
-            status = _lib_.megamoe_comm_destroy(comm)
-            if status != 0 and first is None:
-                first = error_for(status, "megamoe_comm_destroy")
-        if first is not None:
-            raise first
+        self._release(("megamoe_destroy", _lib_.megamoe_destroy), ("megamoe_comm_destroy", _lib_.megamoe_comm_destroy))
 
     def abandon(self):
         """After a peer process died (TimeoutError): frees this rank's layer
         without the collective steps (megamoe_abandon) and aborts the
         communicator. Not collective. Idempotent."""
+        self._release(("megamoe_abandon", _lib_.megamoe_abandon), ("megamoe_comm_abort", _lib_.megamoe_comm_abort))
+
+    def _release(self, layer_step, comm_step):
+        """Frees the layer, then the communicator (each step a (name, C
+        function) pair), both even when the first fails; raises the first
+        failure."""
         handle, comm = self._handle, self._comm
         self._handle, self._comm, self._keep = None, None, ()
         first = None
-        if handle:
-            status = _lib_.megamoe_abandon(handle)
-            if status != 0:
-                first = error_for(status, "megamoe_abandon")
-        if comm:
-            status = _lib_.megamoe_comm_abort(comm)
-            if status != 0 and first is None:
-                first = error_for(status, "megamoe_comm_abort")
+        for (name, fn), obj in ((layer_step, handle), (comm_step, comm)):
+            if obj:
+                status = fn(obj)
+                if status != 0 and first is None:
+                    first = error_for(status, name)
         if first is not None:
             raise first
 

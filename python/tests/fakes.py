@@ -60,3 +60,13 @@ class FakeDLPack:
     def __dlpack__(self, stream=None):
         self.streams.append(stream)
         return _capsule_new(ctypes.addressof(self._managed), b"dltensor", None)
+
+
+def gpu_visible():
+    """Whether the library sees a CUDA device (the no-GPU tests skip otherwise)."""
+    import megamoe
+    try:
+        megamoe.current_device()
+        return True
+    except megamoe.NoDeviceError:
+        return False

@@ -7,6 +7,7 @@ import re
 import pytest
 
 import megamoe
+from fakes import gpu_visible
 from megamoe import _lib, errors
 
 SMALL = dict(hidden=256, intermediate=256, num_experts=8, top_k=2, max_tokens_per_rank=64)
@@ -135,15 +136,7 @@ def test_layer_checks_rank_world_size_and_unique_id():
         megamoe.Layer(SMALL, group=object())
 
 
-def _gpu_visible():
-    try:
-        megamoe.current_device()
-        return True
-    except megamoe.NoDeviceError:
-        return False
-
-
-@pytest.mark.skipif(_gpu_visible(), reason="a GPU is visible")
+@pytest.mark.skipif(gpu_visible(), reason="a GPU is visible")
 def test_layer_without_a_gpu_raises_no_device():
     with pytest.raises(megamoe.NoDeviceError, match="no CUDA device"):
         megamoe.Layer(SMALL)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import megamoe
+from fakes import gpu_visible
 from megamoe import _lib
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,15 +117,7 @@ def test_unique_id_is_128_fresh_bytes():
     assert a != b
 
 
-def _gpu_visible():
-    try:
-        megamoe.current_device()
-        return True
-    except megamoe.NoDeviceError:
-        return False
-
-
-@pytest.mark.skipif(_gpu_visible(), reason="a GPU is visible")
+@pytest.mark.skipif(gpu_visible(), reason="a GPU is visible")
 def test_device_calls_without_a_gpu_say_so():
     with pytest.raises(megamoe.NoDeviceError, match="no CUDA device"):
         megamoe.current_device()

@@ -190,7 +190,9 @@ static void build_view(megamoe_layer* l, uint8_t** peers) {
   v->timeout_ns = (uint64_t)(timeout * 1e9);
   int sms = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, l->device) != cudaSuccess || sms < 1)
-    sms = 132; /* only sizes a grid-stride loop: any value is correct */
+    sms = 132; /* never seen: the grid-stride kernels take any value, and a cooperative
+                  launch larger than the device holds fails cleanly instead of hanging */
+  v->num_sms = sms;
   v->fill_blocks = 4 * sms;
 }
 

@@ -103,9 +103,7 @@ megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_lay
       }
     }
   if (c->arm == MEGAMOE_ARM_SPLIT)
-    for (int r = 0; r < MM_REGIME_COUNT; ++r) MM_TRY(mm_split_check(&plan->gemm[r][0].plan, &plan->gemm[r][1].plan));
-  plan->num_gemms = n;
-  plan->ready = 1;
+    for (int r = 0; r < MM_REGIME_COUNT; ++r) MM_TRY(mm_split_prepare(&plan->gemm[r][0].plan, &plan->gemm[r][1].plan));
   return MEGAMOE_OK;
 }
 

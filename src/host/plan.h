@@ -37,8 +37,6 @@ typedef struct mm_arm_gemm {
 } mm_arm_gemm;
 
 typedef struct mm_plan {
-  int ready;
-  int num_gemms;
   mm_arm_gemm gemm[MM_REGIME_COUNT][MM_ARM_MAX_GEMMS];
 } mm_plan;
 

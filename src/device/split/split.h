@@ -36,12 +36,14 @@
 extern "C" {
 #endif
 
-/* Checks that the arm's kernel for this plan's tile exists and that a
- * cooperative grid of one CTA per SM fits (at create / when planning). */
-megamoe_status mm_split_check(const mm_gemm_plan* l1, const mm_gemm_plan* l2);
+/* Once per plan (at create and when the weights are set): checks that the
+ * arm's kernels exist for the plans' tiles and lets them use the plans'
+ * shared memory, so a forward only launches. */
+megamoe_status mm_split_prepare(const mm_gemm_plan* l1, const mm_gemm_plan* l2);
 
-/* Enqueue kernel 1 / kernel 2 of the forward. The plans' problems carry the
- * pool, the weights and the hooks (host/plan.c). */
+/* Enqueue kernel 1 / kernel 2 of the forward, a cooperative grid of
+ * L->num_sms CTAs. The plans' problems carry the pool, the weights and the
+ * hooks (host/plan.c). */
 megamoe_status mm_split_l1_launch(const mm_layer_view* L, const mm_forward_view* F, const mm_gemm_plan* l1,
                                   cudaStream_t stream);
 megamoe_status mm_split_l2_launch(const mm_layer_view* L, const mm_forward_view* F, const mm_gemm_plan* l2,

@@ -19,6 +19,6 @@ extern "C" megamoe_status mm_split_l1_launch(const mm_layer_view* L, const mm_fo
   return mm_split_launch(mm_split_l1_kernel_for(l1->tile, l1->problem.a_sf_block), "L1", l1, L, F, stream);
 }
 
-extern "C" int mm_split_l1_has(mm_gemm_tile tile, int a_sf_block) {
-  return mm_split_l1_kernel_for(tile, a_sf_block) != nullptr;
+extern "C" megamoe_status mm_split_l1_prepare(const mm_gemm_plan* l1) {
+  return mm_split_kernel_prepare(mm_split_l1_kernel_for(l1->tile, l1->problem.a_sf_block), "L1", l1);
 }

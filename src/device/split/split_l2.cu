@@ -26,16 +26,9 @@ extern "C" megamoe_status mm_split_l2_launch(const mm_layer_view* L, const mm_fo
   return mm_split_launch(mm_split_l2_kernel_for(l2->tile, l2->problem.a_sf_block), "L2", l2, L, F, stream);
 }
 
-extern "C" int mm_split_l2_has(mm_gemm_tile tile, int a_sf_block) {
-  return mm_split_l2_kernel_for(tile, a_sf_block) != nullptr;
-}
+extern "C" megamoe_status mm_split_l1_prepare(const mm_gemm_plan* l1);
 
-extern "C" int mm_split_l1_has(mm_gemm_tile tile, int a_sf_block);
-
-extern "C" megamoe_status mm_split_check(const mm_gemm_plan* l1, const mm_gemm_plan* l2) {
-  if (!mm_split_l1_has(l1->tile, l1->problem.a_sf_block))
-    return mm_fail(MEGAMOE_ERR_INTERNAL, "split arm: no L1 kernel for tile %s", mm_gemm_tile_name(l1->tile));
-  if (!mm_split_l2_has(l2->tile, l2->problem.a_sf_block))
-    return mm_fail(MEGAMOE_ERR_INTERNAL, "split arm: no L2 kernel for tile %s", mm_gemm_tile_name(l2->tile));
-  return MEGAMOE_OK;
+extern "C" megamoe_status mm_split_prepare(const mm_gemm_plan* l1, const mm_gemm_plan* l2) {
+  MM_TRY(mm_split_l1_prepare(l1));
+  return mm_split_kernel_prepare(mm_split_l2_kernel_for(l2->tile, l2->problem.a_sf_block), "L2", l2);
 }

@@ -12,20 +12,22 @@ extern "C" {
 #include "host/errors.h"
 }
 
-/* The instantiation of a split kernel for a plan: its function, or NULL. */
-typedef const void* (*mm_split_kernel_for_fn)(mm_gemm_tile tile, int a_sf_block);
+/* Once per plan (mm_split_prepare): the kernel exists for the plan's tile
+ * and may use the plan's shared memory. */
+static inline megamoe_status mm_split_kernel_prepare(const void* fn, const char* what, const mm_gemm_plan* plan) {
+  if (!fn)
+    return mm_fail(MEGAMOE_ERR_INTERNAL, "split arm: no %s kernel for tile %s", what, mm_gemm_tile_name(plan->tile));
+  const cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->layout.bytes);
+  if (err != cudaSuccess)
+    return mm_fail(MEGAMOE_ERR_CUDA, "split arm: %s kernel setup: %s", what, cudaGetErrorString(err));
+  return MEGAMOE_OK;
+}
 
+/* Per forward: the launch only (no device query, no attribute call). */
 static inline megamoe_status mm_split_launch(const void* fn, const char* what, const mm_gemm_plan* plan,
                                              const mm_layer_view* L, const mm_forward_view* F, cudaStream_t stream) {
   if (!fn)
     return mm_fail(MEGAMOE_ERR_INTERNAL, "split arm: no %s kernel for tile %s", what, mm_gemm_tile_name(plan->tile));
-  int dev = 0, sms = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->layout.bytes);
-  if (err != cudaSuccess)
-    return mm_fail(MEGAMOE_ERR_CUDA, "split arm: %s kernel setup: %s", what, cudaGetErrorString(err));
   mm_gemm_problem problem = plan->problem;
   mm_gemm_layout layout = plan->layout;
   mm_layer_view view = *L;
@@ -33,7 +35,7 @@ static inline megamoe_status mm_split_launch(const void* fn, const char* what, c
   void* args[7] = {(void*)plan->maps[0], (void*)plan->maps[1], (void*)plan->maps[2], (void*)&problem, (void*)&layout,
                    (void*)&view, (void*)&fwd};
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)sms);
+  cfg.gridDim = dim3((unsigned)L->num_sms);
   cfg.blockDim = dim3(MM_GEMM_THREADS);
   cfg.dynamicSmemBytes = layout.bytes;
   cfg.stream = stream;
@@ -42,10 +44,10 @@ static inline megamoe_status mm_split_launch(const void* fn, const char* what, c
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  err = cudaLaunchKernelExC(&cfg, fn, args);
+  const cudaError_t err = cudaLaunchKernelExC(&cfg, fn, args);
   if (err != cudaSuccess)
     return mm_fail(MEGAMOE_ERR_CUDA, "split arm: %s launch (tile %s, %d CTAs, %u B smem): %s", what,
-                   mm_gemm_tile_name(plan->tile), sms, layout.bytes, cudaGetErrorString(err));
+                   mm_gemm_tile_name(plan->tile), L->num_sms, layout.bytes, cudaGetErrorString(err));
   return MEGAMOE_OK;
 }
 
