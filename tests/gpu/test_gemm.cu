@@ -1267,6 +1267,59 @@ mm_test_result test_rows_ready(void) {
   return res;
 }
 
+/* ---- The quantization's division by a per-row reciprocal ---------------
+ * The split arm's L1 epilogue computes e4m3(a / sf) as
+ * mm_quant_e4m3x2(a, sf, __frcp_rn(sf)) (common.cuh); the staged arm divides.
+ * Bitwise equality of the arms rests on the codes being equal for every a
+ * with |a| <= amax: 2^24 draws per launch of amax (any finite positive
+ * float, and an infinite one) and a (= amax, in [amax/2, amax), or any float
+ * below amax; signs, zeros and subnormals included). As a control, the
+ * uncorrected product a * rcp must differ somewhere on the same draws (else
+ * the draws could not see a wrong correction). */
+__device__ uint32_t quant_draw_bits(uint64_t i, uint32_t salt) {
+  uint64_t z = i * 0x9E3779B97F4A7C15ull + salt;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (uint32_t)(z ^ (z >> 31));
+}
+
+__global__ void quant_div_kernel(uint64_t n, unsigned long long* mismatches, unsigned long long* control) {
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x) {
+    const uint32_t x = quant_draw_bits(i, 1), y = quant_draw_bits(i, 2);
+    float amax = __uint_as_float(x & 0x7f7fffffu);
+    if ((i & 1023) == 7) amax = __int_as_float(0x7f800000); /* an infinite amax: the division path */
+    if (!(amax > 0.f)) amax = 1.0f;
+    float a;
+    switch (y & 3) {
+      case 0: a = amax; break;
+      case 1: a = amax * __uint_as_float(0x3f000000u | (x >> 9)); break; /* [amax/2, amax) */
+      case 2: a = (y & 4) ? 0.f : __uint_as_float(y & 0x007fffffu); break; /* zero or subnormal */
+      default: a = fminf(__uint_as_float((x >> 1) & 0x7f7fffffu), amax); break;
+    }
+    if (y >> 31) a = -a;
+    const float b = (y & 8) ? -a * 0.75f : a; /* the pair's second value */
+    const float sf = mm_group_scale(amax), rcp = __frcp_rn(sf);
+    const uint16_t want = mm_float2_to_e4m3x2(a / sf, b / sf);
+    if (mm_quant_e4m3x2(a, b, sf, rcp) != want) atomicAdd(mismatches, 1ull);
+    if (isfinite(sf) && mm_float2_to_e4m3x2(__fmul_rn(a, rcp), __fmul_rn(b, rcp)) != want) atomicAdd(control, 1ull);
+  }
+}
+
+mm_test_result test_quant_div(void) {
+  unsigned long long* d = NULL;
+  unsigned long long h[2] = {0, 0};
+  CUDA_OK(cudaMalloc(&d, sizeof h));
+  CUDA_OK(cudaMemset(d, 0, sizeof h));
+  const uint64_t n = 1ull << 26;
+  quant_div_kernel<<<1024, 256>>>(n, d, d + 1);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+  cudaFree(d);
+  printf("    quant_div: %llu draws, %llu codes differ from the division; control (no correction) %llu differ\n",
+         (unsigned long long)n, h[0], h[1]);
+  return h[0] == 0 && h[1] > 0 ? MM_TEST_PASS : MM_TEST_FAIL;
+}
+
 }  // namespace
 
 extern "C" const mm_test mm_gemm_gpu_tests[] = {
@@ -1281,5 +1334,6 @@ extern "C" const mm_test mm_gemm_gpu_tests[] = {
     {"gemm_wgmma_a_offset", test_a_offset},
     {"gemm_wgmma_scatter", test_scatter},
     {"gemm_wgmma_rows_ready", test_rows_ready},
+    {"gemm_quant_div", test_quant_div},
     {NULL, NULL},
 };

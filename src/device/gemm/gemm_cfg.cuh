@@ -40,6 +40,10 @@
 
 #define MM_GEMM_THREADS 384
 #define MM_GEMM_MATH_THREADS 256
+/* Warps 9-11 of the producer warpgroup (warp 8 issues the TMA loads): the
+ * split arm's pull (kernel 1) and copy warps (kernel 2). */
+#define MM_GEMM_AUX_WARP0 9
+#define MM_GEMM_COPY_THREADS 96
 /* setmaxnreg moves registers within the CTA's pool, 168 x 384 at launch:
  * 2 x 128 x 232 + 128 x 40 = 64512 exactly. A warpgroup whose increase does
  * not fit waits forever, so these three numbers go together. */
@@ -88,6 +92,11 @@ struct mm_gemm_cfg {
   static_assert(kTxBytes < (1u << 20), "mbarrier tx-count range");
 };
 
+/* The CTA's control block: the abort word at 0, the staging hand-off
+ * barriers (copy_full at 8, copy_empty at 16) of an epilogue whose stores
+ * other warps make (mm_gemm_copy_loop). */
+#define MM_GEMM_CTRL_BYTES 32u
+
 static inline __host__ __device__ uint32_t mm_align_up_u32(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 
 /* Layout for a config with the given stage/staging sizes and sched_bytes of
@@ -98,7 +107,7 @@ static inline __host__ __device__ mm_gemm_layout mm_gemm_layout_make(uint32_t st
                                                                      uint32_t max_stages) {
   mm_gemm_layout L;
   const uint32_t tx = stage_a + stage_b + stage_sf;
-  const uint32_t fixed = 1024 /* base alignment slack */ + staging + 2 * bm * 4 + 16 + sched_bytes +
+  const uint32_t fixed = 1024 /* base alignment slack */ + staging + 2 * bm * 4 + MM_GEMM_CTRL_BYTES + sched_bytes +
                          256 /* static shared memory of device helpers (grid barrier) */;
   uint32_t stages = 0;
   if (fixed < MM_GEMM_SMEM_LIMIT) stages = (MM_GEMM_SMEM_LIMIT - fixed) / (tx + 16);
@@ -113,7 +122,7 @@ static inline __host__ __device__ mm_gemm_layout mm_gemm_layout_make(uint32_t st
   L.off_empty = L.off_full + 8 * s;
   L.off_xwg = mm_align_up_u32(L.off_empty + 8 * s, 16);
   L.off_abort = L.off_xwg + 2 * bm * 4;
-  L.off_sched = mm_align_up_u32(L.off_abort + 16, 16);
+  L.off_sched = mm_align_up_u32(L.off_abort + MM_GEMM_CTRL_BYTES, 16);
   L.bytes = 1024 + L.off_sched + sched_bytes;
   return L;
 }
@@ -138,6 +147,8 @@ struct mm_gemm_smem {
   uint8_t* a_ptr;           /* generic pointer to stage 0 of A (an arm's scratch before the pipeline starts) */
   float* xwg;               /* [2][BM] */
   volatile int32_t* abort;  /* non-zero: a role gave up */
+  uint32_t copy_full;       /* the staging area holds a tile for the copy warps (256 arrivals) */
+  uint32_t copy_empty;      /* the copy warps are done reading it (MM_GEMM_COPY_THREADS arrivals) */
   uint8_t* sched;           /* the scheduler's arrays */
 };
 
@@ -159,6 +170,8 @@ MM_DEVICE mm_gemm_smem mm_gemm_smem_carve(uint8_t* raw, const mm_gemm_layout& L)
   sm.a_ptr = base + L.off_a;
   sm.xwg = reinterpret_cast<float*>(base + L.off_xwg);
   sm.abort = reinterpret_cast<volatile int32_t*>(base + L.off_abort);
+  sm.copy_full = addr + L.off_abort + 8;
+  sm.copy_empty = addr + L.off_abort + 16;
   sm.sched = base + L.off_sched;
   return sm;
 }
@@ -171,6 +184,8 @@ MM_DEVICE void mm_gemm_init_barriers(const mm_gemm_smem& sm) {
     mm_mbar_init(sm.full + 8 * s, 1);
     mm_mbar_init(sm.empty + 8 * s, 8);
   }
+  mm_mbar_init(sm.copy_full, MM_GEMM_MATH_THREADS);
+  mm_mbar_init(sm.copy_empty, MM_GEMM_COPY_THREADS);
   *sm.abort = 0;
   mm_fence_mbar_init();
 }

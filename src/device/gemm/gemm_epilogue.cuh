@@ -9,7 +9,8 @@
  *                                        64 columns, the layout TMA expects)
  *   mm_gemm_epilogue_tma_store<Cfg>      staging + TMA stores (full tiles)
  *   mm_gemm_epilogue_scatter<Cfg>        staging + each valid row copied to
- *                                        its destination (16-byte stores)
+ *                                        its destination (16-byte stores;
+ *                                        destinations loaded before staging)
  *   mm_gemm_epilogue_swiglu<Cfg>         SwiGLU + routing weight + per-G fp8
  *
  * The staging epilogues and the SwiGLU epilogue of a column-split tile use
@@ -78,16 +79,11 @@ MM_DEVICE uint32_t mm_gemm_staging_addr(uint32_t base, uint32_t row, uint32_t co
   return base + (col >> 6) * (uint32_t)(Cfg::BM * 128) + row * 128u + ((((col & 63u) >> 3) ^ (row & 7u)) << 4);
 }
 
-/* The tile's bf16 values into the staging area; all 256 math threads. On
- * return the staging area holds the whole tile (a named barrier was passed
- * after the writes). `wait_tma` (thread 0): first wait until the previous
- * tile's TMA stores have read the area. */
+/* The tile's bf16 values into the staging area (stmatrix), this thread's
+ * share; the caller makes sure no reader of the previous tile remains. */
 template <class Cfg>
-MM_DEVICE void mm_gemm_stage_bf16(const mm_gemm_smem& sm, int wg, float (&acc)[Cfg::kWaves][64], bool wait_tma,
-                                  bool for_async_proxy) {
+MM_DEVICE void mm_gemm_stage_bf16_writes(const mm_gemm_smem& sm, int wg, float (&acc)[Cfg::kWaves][64]) {
   static_assert(Cfg::kStaging, "staging area");
-  if (wait_tma && threadIdx.x == 0) mm_bulk_wait_group_read<0>();
-  mm_gemm_math_barrier(); /* the previous tile's readers of the staging area are done */
   const int lane = threadIdx.x & 31;
   const int warp = (threadIdx.x >> 5) & 3;
   const int mi = lane >> 3; /* the 8x8 matrix whose row this lane addresses */
@@ -108,6 +104,18 @@ MM_DEVICE void mm_gemm_stage_bf16(const mm_gemm_smem& sm, int wg, float (&acc)[C
       }
     }
   }
+}
+
+/* The tile's bf16 values into the staging area; all 256 math threads. On
+ * return the staging area holds the whole tile (a named barrier was passed
+ * after the writes). `wait_tma` (thread 0): first wait until the previous
+ * tile's TMA stores have read the area. */
+template <class Cfg>
+MM_DEVICE void mm_gemm_stage_bf16(const mm_gemm_smem& sm, int wg, float (&acc)[Cfg::kWaves][64], bool wait_tma,
+                                  bool for_async_proxy) {
+  if (wait_tma && threadIdx.x == 0) mm_bulk_wait_group_read<0>();
+  mm_gemm_math_barrier(); /* the previous tile's readers of the staging area are done */
+  mm_gemm_stage_bf16_writes<Cfg>(sm, wg, acc);
   if (for_async_proxy) mm_fence_proxy_async_smem(); /* TMA reads what stmatrix wrote */
   mm_gemm_math_barrier();
 }
@@ -134,17 +142,89 @@ MM_DEVICE void mm_gemm_epilogue_tma_store(const mm_gemm_smem& sm, const CUtensor
 template <class Cfg>
 MM_DEVICE void mm_gemm_epilogue_scatter(const mm_gemm_smem& sm, const mm_gemm_problem& p,
                                         const mm_gemm_tile_info& ti, int wg, float (&acc)[Cfg::kWaves][64]) {
-  mm_gemm_stage_bf16<Cfg>(sm, wg, acc, false, false);
+  /* Thread t copies 16-byte chunk t % kChunks of rows t / kChunks + i * kRowStep. */
   constexpr int kChunks = Cfg::BN * 2 / 16; /* 16-byte chunks per row */
-  const int tid = threadIdx.x; /* math threads are 0..255 */
-  for (int idx = tid; idx < ti.rows * kChunks; idx += MM_GEMM_MATH_THREADS) {
-    const int r = idx / kChunks, c = idx % kChunks;
-    const mm_pool_row dst = p.scatter.rows[ti.out_row0 + r];
-    if (dst.src_rank < 0 || dst.src_rank >= MM_MAX_RANKS || !p.scatter.dst_base[dst.src_rank]) continue;
-    const uint32_t off = mm_gemm_staging_addr<Cfg>(0u, (uint32_t)r, (uint32_t)(8 * c));
-    const uint4 v = *reinterpret_cast<const uint4*>(sm.d_ptr + off);
-    uint8_t* row = p.scatter.dst_base[dst.src_rank] + ((int64_t)dst.token_slot * p.n + ti.n0) * 2;
-    reinterpret_cast<uint4*>(row)[c] = v;
+  constexpr int kRowStep = MM_GEMM_MATH_THREADS / kChunks;
+  constexpr int kRowsPerThread = Cfg::BM / kRowStep;
+  static_assert(Cfg::BM % kRowStep == 0, "scatter rows");
+  const int c = threadIdx.x % kChunks, r_first = threadIdx.x / kChunks; /* math threads are 0..255 */
+  /* The rows' destinations first: their loads are in flight while the tile is staged. */
+  uint8_t* dst[kRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int r = r_first + i * kRowStep;
+    dst[i] = nullptr;
+    if (r < ti.rows) {
+      const mm_pool_row d = p.scatter.rows[ti.out_row0 + r];
+      uint8_t* base = d.src_rank >= 0 && d.src_rank < MM_MAX_RANKS ? p.scatter.dst_base[d.src_rank] : nullptr;
+      if (base) dst[i] = base + ((int64_t)d.token_slot * p.n + ti.n0) * 2;
+    }
+  }
+  mm_gemm_stage_bf16<Cfg>(sm, wg, acc, false, false);
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    if (!dst[i]) continue;
+    const uint32_t off = mm_gemm_staging_addr<Cfg>(0u, (uint32_t)(r_first + i * kRowStep), (uint32_t)(8 * c));
+    reinterpret_cast<uint4*>(dst[i])[c] = *reinterpret_cast<const uint4*>(sm.d_ptr + off);
+  }
+}
+
+/* ---- Scatter with the stores off the math warps --------------------------
+ * The math warpgroups only stage the tile (bf16, stmatrix) and hand it to the
+ * copy warps (MM_GEMM_COPY_THREADS threads of the producer warpgroup), which
+ * copy each valid row to its destination (contract.h, mm_gemm_scatter) while
+ * the math warpgroups run the next tile's K loop: the row stores, over
+ * NVLink for a peer's rows, no longer hold the tensor cores.
+ * Hand-off of tile j (the j-th tile of this CTA, the same in both roles, as
+ * both walk the scheduler): math waits copy_empty phase j - 1 (the copy
+ * warps read tile j - 1 out), writes, arrives on copy_full (release); the
+ * copy warps wait copy_full phase j (acquire), copy, arrive on copy_empty.
+ * Every wait has the pipeline's deadline and gives up on the abort word. */
+
+/* Math side, every math thread; tile_index: j. False when the wait gave up
+ * (the tile is not stored; the pipeline is failing anyway). */
+template <class Cfg>
+MM_DEVICE bool mm_gemm_epilogue_stage_for_copy(const mm_gemm_smem& sm, const mm_gemm_problem& p, int tile_index,
+                                               int wg, float (&acc)[Cfg::kWaves][64]) {
+  if (tile_index > 0 && !mm_gemm_wait(sm, sm.copy_empty, (uint32_t)(tile_index - 1) & 1u, p)) return false;
+  mm_gemm_stage_bf16_writes<Cfg>(sm, wg, acc);
+  mm_mbar_arrive(sm.copy_full);
+  return true;
+}
+
+#define MM_GEMM_BAR_COPY 4 /* named barrier of the copy warps */
+
+/* Copy side: the MM_GEMM_COPY_THREADS copy threads (index c_tid), every tile
+ * of this CTA. Per tile the rows' destinations are looked up into shared
+ * memory (the xwg area: BM pointers) while the math warps still compute the
+ * tile; all copy threads take one decision per tile (bar.red.or), so they
+ * leave together when the pipeline is abandoned. */
+template <class Cfg, class Sched>
+MM_DEVICE void mm_gemm_copy_loop(const mm_gemm_smem& sm, const Sched& sched, const mm_gemm_problem& p, int c_tid) {
+  static_assert(2 * Cfg::BM * sizeof(float) >= Cfg::BM * sizeof(void*), "row destinations fit the xwg area");
+  constexpr int kChunks = Cfg::BN * 2 / 16; /* 16-byte chunks per row */
+  uint8_t** dst = reinterpret_cast<uint8_t**>(sm.xwg);
+  mm_gemm_tile_info ti;
+  typename Sched::iter it = sched.begin();
+  for (uint32_t j = 0; sched.template next<Cfg>(it, ti); ++j) {
+    for (int r = c_tid; r < ti.rows; r += MM_GEMM_COPY_THREADS) {
+      const mm_pool_row d = p.scatter.rows[ti.out_row0 + r];
+      uint8_t* base = d.src_rank >= 0 && d.src_rank < MM_MAX_RANKS ? p.scatter.dst_base[d.src_rank] : nullptr;
+      dst[r] = base ? base + ((int64_t)d.token_slot * p.n + ti.n0) * 2 : nullptr;
+    }
+    const bool staged = mm_gemm_wait(sm, sm.copy_full, j & 1u, p);
+    /* Also the barrier that publishes dst[] to every copy thread. */
+    if (mm_named_barrier_or(MM_GEMM_BAR_COPY, MM_GEMM_COPY_THREADS, !staged)) break;
+#pragma unroll 2
+    for (int idx = c_tid; idx < ti.rows * kChunks; idx += MM_GEMM_COPY_THREADS) {
+      const int r = idx / kChunks, c = idx % kChunks;
+      uint8_t* row = dst[r];
+      if (!row) continue;
+      const uint32_t off = mm_gemm_staging_addr<Cfg>(0u, (uint32_t)r, (uint32_t)(8 * c));
+      reinterpret_cast<uint4*>(row)[c] = *reinterpret_cast<const uint4*>(sm.d_ptr + off);
+    }
+    mm_mbar_arrive(sm.copy_empty); /* this thread's reads of the staging area are done (their values are stored) */
+    mm_named_barrier_sync_c<MM_GEMM_BAR_COPY, MM_GEMM_COPY_THREADS>(); /* dst[] is read out before the next tile's lookups */
   }
 }
 
@@ -230,17 +310,15 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
       const float* a = acc[wm * Cfg::kWN + wn];
       const float sf0 = mm_group_scale(amax[wn][0]);
       const float sf1 = mm_group_scale(amax[wn][1]);
+      const float rcp0 = __frcp_rn(sf0), rcp1 = __frcp_rn(sf1);
       const int acol0 = (ti.n0 + mm_gemm_wg_col0<Cfg>(wg) + 128 * wn) / 2; /* first a-column of the wave */
       const int acol = acol0 + 2 * (threadIdx.x & 3);
       uint16_t* o0 = reinterpret_cast<uint16_t*>(q.out + grow * inter + acol);
       uint16_t* o1 = reinterpret_cast<uint16_t*>(q.out + (grow + 8) * inter + acol);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        if (ok0)
-          o0[4 * j] = (uint16_t)(mm_float_to_e4m3(a[4 * j] / sf0) | ((uint32_t)mm_float_to_e4m3(a[4 * j + 1] / sf0) << 8));
-        if (ok1)
-          o1[4 * j] =
-              (uint16_t)(mm_float_to_e4m3(a[4 * j + 2] / sf1) | ((uint32_t)mm_float_to_e4m3(a[4 * j + 3] / sf1) << 8));
+        if (ok0) o0[4 * j] = mm_quant_e4m3x2(a[4 * j], a[4 * j + 1], sf0, rcp0);
+        if (ok1) o1[4 * j] = mm_quant_e4m3x2(a[4 * j + 2], a[4 * j + 3], sf1, rcp1);
       }
       /* One scale per group: the group's first wave writes it. */
       const bool writes_sf = acol0 % q.group == 0;

@@ -16,12 +16,50 @@
 #include "common.cuh"
 #include "view.cuh"
 
-/* Slots [lo, hi) of this CTA's thread `tid` when `n` items are cut in
- * blockDim.x contiguous chunks. */
+/* Items [lo, hi) of this CTA's thread when `n` items are cut in blockDim.x
+ * contiguous chunks. */
 MM_DEVICE void mm_cta_chunk(int64_t n, int64_t* lo, int64_t* hi) {
   const int64_t chunk = (n + blockDim.x - 1) / blockDim.x;
   *lo = min(n, (int64_t)threadIdx.x * chunk);
   *hi = min(n, *lo + chunk);
+}
+
+/* Slots [lo, hi) of warp `warp` of `warps` when `n` slots are cut in
+ * contiguous chunks of whole 32-slot steps: a warp then reads its chunk 32
+ * consecutive slots at a time (coalesced) and keeps the slots' order. */
+MM_DEVICE void mm_warp_chunk(int64_t n, int warp, int warps, int64_t* lo, int64_t* hi) {
+  const int64_t steps = (n + 31) / 32;
+  const int64_t per = (steps + warps - 1) / warps;
+  *lo = min(n, (int64_t)warp * per * 32);
+  *hi = min(n, *lo + per * 32);
+}
+
+/* Slots are read kRouteBatch 32-slot steps at a time, every load of a batch
+ * issued before the first is used: a warp's scan is latency-bound, not
+ * bandwidth-bound (one CTA reads the T*K ids of its expert from L2). */
+#define MM_ROUTE_BATCH 16
+
+/* The expert ids of the batch of steps at `step0` ([.., hi); -1 past hi). */
+MM_DEVICE void mm_route_load_batch(const mm_forward_view& F, int64_t step0, int64_t hi,
+                                   int32_t (&v)[MM_ROUTE_BATCH]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int b = 0; b < MM_ROUTE_BATCH; ++b) {
+    const int64_t i = step0 + 32 * b + lane;
+    v[b] = i < hi ? mm_topk_at(F, i) : -1;
+  }
+}
+
+/* Slots of [lo, hi) routed to expert e (the whole warp gets the count). */
+MM_DEVICE int mm_route_warp_count(const mm_forward_view& F, int64_t lo, int64_t hi, int e) {
+  int count = 0;
+  for (int64_t step0 = lo; step0 < hi; step0 += 32 * MM_ROUTE_BATCH) {
+    int32_t v[MM_ROUTE_BATCH];
+    mm_route_load_batch(F, step0, hi, v);
+#pragma unroll
+    for (int b = 0; b < MM_ROUTE_BATCH; ++b) count += __popc(__ballot_sync(0xffffffffu, v[b] == e));
+  }
+  return count;
 }
 
 /* Validates top-k slots [lo, hi): records MEGAMOE_ERR_BAD_TOPK_INDEX for an
@@ -38,12 +76,12 @@ MM_DEVICE void mm_route_validate(const mm_layer_view& L, const mm_forward_view& 
  * count to MM_WS_EXPERT_TOKENS[e]. All threads; scratch: 32 ints of shared
  * memory. */
 MM_DEVICE void mm_route_count_expert(const mm_layer_view& L, const mm_forward_view& F, int e, int* scratch) {
+  const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   int64_t lo, hi;
-  mm_cta_chunk((int64_t)F.num_tokens * L.top_k, &lo, &hi);
-  int count = 0;
-  for (int64_t i = lo; i < hi; ++i) count += mm_topk_at(F, i) == e;
+  mm_warp_chunk((int64_t)F.num_tokens * L.top_k, warp, warps, &lo, &hi);
+  const int count = mm_route_warp_count(F, lo, hi, e);
   int total;
-  mm_block_exclusive_scan(count, scratch, &total);
+  mm_block_exclusive_scan((threadIdx.x & 31) == 0 ? count : 0, scratch, &total);
   if (threadIdx.x == 0) mm_ws<int32_t>(L, MM_WS_EXPERT_TOKENS)[e] = total;
 }
 
@@ -51,39 +89,52 @@ MM_DEVICE void mm_route_count_expert(const mm_layer_view& L, const mm_forward_vi
  * route_counts[me][e % E_l] and the entries at route_entries[me][base + j]
  * (base: the slots of d's earlier local experts), in (token, slot) order.
  * After an error of this forward (`failed`) it publishes a zero count, so no
- * peer pulls anything (the error travels with the barrier flag). Every
- * thread scans a contiguous chunk of the slots twice (count, then write at
- * its prefix). All threads; scratch: 32 ints + 1. */
+ * peer pulls anything (the error travels with the barrier flag). Each warp
+ * takes a contiguous chunk of the slots and reads it twice, 32 slots at a
+ * step (count; then write each match at its warp's prefix plus the matches
+ * of lower lanes), so consecutive entries are written by consecutive lanes.
+ * All threads; scratch: 32 ints. */
 MM_DEVICE void mm_route_publish_expert(const mm_layer_view& L, const mm_forward_view& F, int e, bool failed,
                                        int* scratch) {
   const int dest = e / L.local_experts, le = e % L.local_experts;
   const int32_t* counts = mm_ws<int32_t>(L, MM_WS_EXPERT_TOKENS);
-  if (threadIdx.x == 0) {
-    int base = 0;
-    for (int j = dest * L.local_experts; j < e; ++j) base += counts[j];
-    scratch[32] = base;
+  /* base: the slots of dest's local experts before e (all threads add). */
+  int before = 0;
+  for (int j = dest * L.local_experts + (int)threadIdx.x; j < e; j += blockDim.x) before += counts[j];
+  int base;
+  mm_block_exclusive_scan(before, scratch, &base);
+  if (threadIdx.x == 0)
     mm_sym<int32_t>(L, dest, MM_SYM_ROUTE_COUNTS)[L.rank * L.local_experts + le] = failed ? 0 : counts[e];
-  }
-  __syncthreads();
-  const int base = scratch[32];
-  __syncthreads();
   if (failed) return;
   mm_route_entry* entries =
       mm_sym<mm_route_entry>(L, dest, MM_SYM_ROUTE_ENTRIES) + (int64_t)L.rank * L.max_tokens * L.top_k;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   int64_t lo, hi;
-  mm_cta_chunk((int64_t)F.num_tokens * L.top_k, &lo, &hi);
-  int count = 0;
-  for (int64_t i = lo; i < hi; ++i) count += mm_topk_at(F, i) == e;
+  mm_warp_chunk((int64_t)F.num_tokens * L.top_k, warp, warps, &lo, &hi);
+  const int count = mm_route_warp_count(F, lo, hi, e);
   int total;
-  int pos = base + mm_block_exclusive_scan(count, scratch, &total);
-  for (int64_t i = lo; i < hi && count > 0; ++i)
-    if (mm_topk_at(F, i) == e) {
-      mm_route_entry entry;
-      entry.token_slot = (int32_t)i;
-      entry.weight = F.topk_w[i];
-      entries[pos++] = entry;
-      --count;
+  int pos = base + mm_block_exclusive_scan(lane == 0 ? count : 0, scratch, &total);
+  pos = __shfl_sync(0xffffffffu, pos, 0);
+  const int end = pos + count; /* warp-uniform: the loop stops after the warp's last match */
+  const uint32_t lower = (1u << lane) - 1u;
+  for (int64_t step0 = lo; step0 < hi && pos < end; step0 += 32 * MM_ROUTE_BATCH) {
+    int32_t v[MM_ROUTE_BATCH];
+    float w[MM_ROUTE_BATCH];
+    mm_route_load_batch(F, step0, hi, v);
+#pragma unroll
+    for (int b = 0; b < MM_ROUTE_BATCH; ++b) w[b] = v[b] == e ? F.topk_w[step0 + 32 * b + lane] : 0.f;
+#pragma unroll
+    for (int b = 0; b < MM_ROUTE_BATCH; ++b) {
+      const uint32_t hits = __ballot_sync(0xffffffffu, v[b] == e);
+      if (hits >> lane & 1) {
+        mm_route_entry entry;
+        entry.token_slot = (int32_t)(step0 + 32 * b + lane);
+        entry.weight = w[b];
+        entries[pos + __popc(hits & lower)] = entry;
+      }
+      pos += __popc(hits);
     }
+  }
 }
 
 /* Pool layout from every source's published counts, by ONE CTA (any
@@ -196,28 +247,52 @@ MM_DEVICE const uint16_t* mm_combine_row(const mm_layer_view& L, int64_t token_s
 
 /* y[t] = bf16(sum over unmasked k, in order k = 0..K-1, of fp32(combine[t][k]))
  * for this CTA's share of the tokens: warps of the CTA take tokens strided by
- * the grid, 8 columns (16 bytes) per lane per step. `warp`, `warps`: the
- * calling warp's index among the CTA's participating warps. */
+ * the grid, 8 columns (16 bytes) per lane per step, two steps at a time so
+ * 2K loads per lane are in flight (the reduction is HBM-bound: it reads K
+ * rows per token). `warp`, `warps`: the calling warp's index among the CTA's
+ * participating warps. */
 MM_DEVICE void mm_reduce_tokens(const mm_layer_view& L, const mm_forward_view& F, int warp, int warps) {
   const int H = L.hidden, K = L.top_k;
   const int lane = threadIdx.x & 31;
+  constexpr int kSteps = 2, kGroup = 8;
   for (int t = blockIdx.x * warps + warp; t < F.num_tokens; t += gridDim.x * warps) {
     uint32_t live = 0; /* bit k: slot k is routed */
     for (int k = 0; k < K; ++k) live |= (uint32_t)(mm_topk_at(F, (int64_t)t * K + k) >= 0) << k;
-    for (int c = lane * 8; c < H; c += 32 * 8) {
-      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      for (int k = 0; k < K; ++k) {
-        if (!(live >> k & 1)) continue;
-        const uint4 v = *reinterpret_cast<const uint4*>(mm_combine_row(L, (int64_t)t * K + k) + c);
-        const uint16_t* b = reinterpret_cast<const uint16_t*>(&v);
+    const uint16_t* rows = mm_combine_row(L, (int64_t)t * K);
+    for (int c0 = lane * 8; c0 < H; c0 += 32 * 8 * kSteps) {
+      float acc[kSteps][8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] += mm_bf16_to_float(b[i]);
+      for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[s][i] = 0.f;
+      /* Slots in groups of kGroup (registers), in order: the sum order is k = 0..K-1. */
+      for (int k0 = 0; k0 < K; k0 += kGroup) {
+        uint4 v[kSteps][kGroup];
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+          for (int j = 0; j < kGroup; ++j)
+            if (k0 + j < K && (live >> (k0 + j) & 1) && c0 + s * 256 < H)
+              v[s][j] = *reinterpret_cast<const uint4*>(rows + (int64_t)(k0 + j) * H + c0 + s * 256);
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+          for (int j = 0; j < kGroup; ++j) {
+            if (k0 + j >= K || !(live >> (k0 + j) & 1)) continue;
+            const uint16_t* b = reinterpret_cast<const uint16_t*>(&v[s][j]);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[s][i] += mm_bf16_to_float(b[i]);
+          }
       }
-      uint4 o;
-      uint16_t* ob = reinterpret_cast<uint16_t*>(&o);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) ob[i] = mm_float_to_bf16(acc[i]);
-      *reinterpret_cast<uint4*>(F.y + (int64_t)t * H + c) = o;
+      for (int s = 0; s < kSteps; ++s) {
+        if (c0 + s * 256 >= H) continue;
+        uint4 o;
+        uint16_t* ob = reinterpret_cast<uint16_t*>(&o);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ob[i] = mm_float_to_bf16(acc[s][i]);
+        *reinterpret_cast<uint4*>(F.y + (int64_t)t * H + c0 + s * 256) = o;
+      }
     }
   }
 }

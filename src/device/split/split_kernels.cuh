@@ -14,7 +14,7 @@
 #include "view.cuh"
 
 /* Warps of the producer warpgroup that pull rows (warp 8 issues the TMA loads). */
-#define MM_SPLIT_PULL_WARP0 9
+#define MM_SPLIT_PULL_WARP0 MM_GEMM_AUX_WARP0
 #define MM_SPLIT_PULL_WARPS 3
 /* Registers of every warp once the roles are done (the tail the whole CTA
  * runs): the launch's 168, so the math warpgroups' decrease frees exactly
@@ -165,16 +165,23 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, nullptr);
 
   if (warp >= 8) {
+    /* Warp 8 loads the tiles; warps 9-11 copy each finished tile's rows to
+     * their destinations (gemm_epilogue.cuh, mm_gemm_copy_loop). */
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
-    if (warp == 8 && lane == 0) mm_gemm_producer_loop<Cfg>(sm, sched, &tm_a, &tm_b, &tm_sfa, p);
+    if (warp == 8) {
+      if (lane == 0) mm_gemm_producer_loop<Cfg>(sm, sched, &tm_a, &tm_b, &tm_sfa, p);
+    } else {
+      mm_gemm_copy_loop<Cfg>(sm, sched, p, tid - 32 * MM_GEMM_AUX_WARP0);
+    }
     mm_setmaxnreg_inc<MM_SPLIT_TAIL_REGS>();
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
     const int wg = warp >> 2;
+    int tile_index = 0;
     mm_gemm_math_loop<Cfg>(
         sm, sched, p, wg,
-        [&](const mm_gemm_tile_info& ti, float (&acc)[Cfg::kWaves][64], bool) {
-          mm_gemm_epilogue_scatter<Cfg>(sm, p, ti, wg, acc);
+        [&](const mm_gemm_tile_info&, float (&acc)[Cfg::kWaves][64], bool) {
+          mm_gemm_epilogue_stage_for_copy<Cfg>(sm, p, tile_index++, wg, acc);
         },
         []() {});
     if (tid == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
