@@ -180,15 +180,34 @@ def _c_cell(c_rows, row):
     return None
 
 
+def point_rows(worst_us, shape, T, flops, info, c_rows):
+    """The rows of one tokens point, each with the C bench's row of its cell
+    (or None): worst_us {arm: the slowest rank's µs}, shape (ranks, experts
+    per rank, H, I, top-k), flops (the busiest rank's), info {arm: layer.info()}.
+    The floors are the C row's when there is one."""
+    world, El, H, I, K = shape
+    out = []
+    for arm, us in worst_us.items():
+        mib = {k: info[arm][k + "_bytes"] / 2 ** 20 for k in ("symmetric", "workspace")}
+        row = dict(arm=arm, ranks=world, tokens_per_rank=T, experts_per_rank=El, hidden=H, intermediate=I, top_k=K,
+                   us=us, tflops=flops / (us * 1e-6) / 1e12, nvl_gbs=None, symm_mib=mib["symmetric"],
+                   workspace_mib=mib["workspace"], **{f: None for f in benchfile.FLOOR_COLUMNS})
+        c = _c_cell(c_rows, row)
+        if c:
+            row.update({f: c.get(f) for f in benchfile.FLOOR_COLUMNS})
+        out.append((row, c))
+    return out
+
+
 def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
-class _Table:
+class Table:
     """Rank 0's table on stdout (with the C bench's µs when given)."""
 
-    def __init__(self, a):
-        self.c = a.c_rows is not None
+    def __init__(self, with_c):
+        self.c = with_c
         head = f"{'arm':<7} {'T/rank':>7} {'us':>10} {'TFLOP/s':>8} {'symm MiB':>9} {'ws MiB':>8} {'x floor':>7}"
         print(head + (f" {'C us':>10} {'C TFLOP/s':>9} {'py / C':>7}" if self.c else ""), flush=True)
 
@@ -245,12 +264,13 @@ def _rank(rank, world, store, a):
               f"T_max {Tm}; torch {torch.__version__}, CUDA graph replay")
         print(f"timing: L2 flush + all-rank barrier before each replay, median of {a.iters} replays per round, "
               f"{a.rounds} rounds, arms bracketed; each cell the slowest rank's median of round medians\n")
-        table = _Table(a)
+        table = Table(a.c_rows is not None)
     rows, cells = [], len(a.tokens) * len(layers)
     for p, T in enumerate(a.tokens):
         gr = torch.Generator(device=dev)
         gr.manual_seed(1000 + 7919 * p + rank)
-        idx = torch.rand((T, E), generator=gr, device=dev).topk(K, dim=1).indices.to(torch.int32)  # distinct, uniform
+        # K distinct experts per token, uniform (as the C bench draws them).
+        idx = torch.rand((T, E), generator=gr, device=dev).topk(K, dim=1).indices.to(torch.int32).contiguous()
         w = torch.full((T, K), 1.0 / K, dtype=torch.float32, device=dev)
         routed = torch.bincount((idx // El).view(-1).long(), minlength=world).to(torch.float64)
         dist.all_reduce(routed)
@@ -289,15 +309,7 @@ def _rank(rank, world, store, a):
         del graphs
         if rank != 0:
             continue
-        for arm, us in zip(layers, worst.tolist()):
-            row = dict(arm=arm, ranks=world, tokens_per_rank=T, experts_per_rank=El, hidden=H, intermediate=I,
-                       top_k=K, us=us, tflops=flops / (us * 1e-6) / 1e12, nvl_gbs=None,
-                       symm_mib=info[arm]["symmetric_bytes"] / 2 ** 20,
-                       workspace_mib=info[arm]["workspace_bytes"] / 2 ** 20,
-                       **{f: None for f in benchfile.FLOOR_COLUMNS})
-            c = _c_cell(a.c_rows, row)
-            if c:
-                row.update({f: c.get(f) for f in benchfile.FLOOR_COLUMNS})
+        for row, c in point_rows(dict(zip(layers, worst.tolist())), (world, El, H, I, K), T, flops, info, a.c_rows):
             table.row(row, c)
             rows.append(row)
         benchfile.write_rows(rows, a.csv, a.json)

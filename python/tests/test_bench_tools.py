@@ -194,6 +194,37 @@ def test_c_cells_match_by_arm_and_shape(tool_rows):
     assert bench._c_cell(None, row) is None
 
 
+def test_point_rows_take_the_c_floors_and_print(tmp_path, capsys):
+    """Rank 0's rows of a point (as the GPU run makes them) from made-up
+    timings, beside a C run of the same cells (the Python writer's file)."""
+    c_rows = _synthetic_rows()
+    benchfile.write_rows(c_rows, tmp_path / "c.csv")
+    c_rows = benchfile.read_rows(tmp_path / "c.csv")
+    info = {"staged": {"symmetric_bytes": 3 << 20, "workspace_bytes": 5 << 20},
+            "split": {"symmetric_bytes": 4 << 20, "workspace_bytes": 6 << 20}}
+    flops = 2.0 * 600 * 3 * 4096 * 2048
+    shape = (8, 32, 4096, 2048, 6)
+    got = bench.point_rows({"staged": 200.0, "split": 150.0}, shape, 512, flops, info, c_rows)
+    assert [(r["arm"], r["us"], r["symm_mib"], r["workspace_mib"]) for r, _ in got] == \
+        [("staged", 200.0, 3.0, 5.0), ("split", 150.0, 4.0, 6.0)]
+    for r, c in got:
+        assert c is not None and (c["arm"], c["tokens_per_rank"]) == (r["arm"], 512)
+        assert r["tflops"] == pytest.approx(flops / (r["us"] * 1e-6) / 1e12)
+        assert [r[f] for f in benchfile.FLOOR_COLUMNS] == [c[f] for f in benchfile.FLOOR_COLUMNS]
+    alone = bench.point_rows({"split": 150.0}, (8, 48, 4096, 2048, 6), 512, flops, info, c_rows)
+    assert alone[0][1] is None and benchfile.floor_of(alone[0][0]) is None  # no C cell of that shape: no floors
+    table = bench.Table(with_c=True)
+    for r, c in got + alone:
+        table.row(r, c)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["arm", "T/rank", "us"] and "py / C" in lines[0]
+    staged_c = got[0][1]["us"]
+    assert lines[1].split() == ["staged", "512", "200.0", f"{got[0][0]['tflops']:.1f}", "3.0", "5.0",
+                                f"{200.0 / benchfile.floor_of(got[0][0]):.2f}", f"{staged_c:.1f}",
+                                f"{got[0][1]['tflops']:.1f}", f"{200.0 / staged_c:.2f}"]
+    assert lines[3].split()[-4:] == ["-", "-", "-", "-"]  # x floor and the C columns unknown
+
+
 def test_bench_without_gpu_exits_4(tmp_path):
     out = _run(sys.executable, "-m", "megamoe.bench", "--tokens", "64", "--csv", tmp_path / "b.csv")
     assert out.returncode == 4, out.stderr
