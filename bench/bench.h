@@ -32,7 +32,9 @@ enum {
   MM_BENCH_OPT_ARMS = 1 << 3,
   MM_BENCH_OPT_ITERS = 1 << 4,
   MM_BENCH_OPT_ROUNDS = 1 << 5,
-  MM_BENCH_OPT_MAX_TOKENS = 1 << 6
+  MM_BENCH_OPT_MAX_TOKENS = 1 << 6,
+  MM_BENCH_OPT_CSV = 1 << 7,
+  MM_BENCH_OPT_JSON = 1 << 8
 };
 
 typedef struct mm_bench_layer_opts {
@@ -48,6 +50,8 @@ typedef struct mm_bench_layer_opts {
   megamoe_arm arms[MEGAMOE_ARM_COUNT];
   int num_arms;
   int iters, rounds;
+  const char* csv_path;               /* --csv: the rows as CSV (bench_report.h); NULL: none */
+  const char* json_path;              /* --json: the rows as JSON; NULL: none */
   unsigned given;                     /* MM_BENCH_OPT_* bits */
 } mm_bench_layer_opts;
 

@@ -8,6 +8,11 @@
  * medians, the slowest rank's. Floors next to each row: compute at the
  * measured fp8 rate, HBM bytes of the touched weights, NVLink bytes.
  *
+ * Rank 0 prints the table on stdout, a progress line per measured cell and
+ * round on stderr, and, with --csv / --json, rewrites those files with every
+ * row so far after each tokens point (bench_report.h), so an interrupted run
+ * keeps the cells it measured.
+ *
  * With MEGAMOE_TIMELINE=1 in the environment, each split-arm cell is followed
  * by one more forward whose in-kernel timeline (src/host/timeline.h: routing
  * phases, pull end, first and last L1 tile, L2 end, barriers, reduction;
@@ -22,6 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench.h"
+#include "bench_report.h"
 #include "cli.h"
 #include "host/procs.h"
 #include "megamoe.h"
@@ -172,8 +178,17 @@ static int print_timeline(const megamoe_layer* layer, int64_t T) {
   return 0;
 }
 
+/* One row of the table on stdout, from the row the files get. */
+static void print_row(const mm_bench_row* r) {
+  printf("%-7s %7lld %10.1f %8.1f %9.1f %9.1f %8.1f %9.1f %9.1f %9.1f %7.2f\n", r->arm, (long long)r->tokens, r->us,
+         r->tflops, r->nvl_gbs, r->symm_mib, r->workspace_mib, r->floor_compute_us, r->floor_hbm_us, r->floor_nvl_us,
+         r->us / mm_bench_row_floor(r));
+  fflush(stdout);
+}
+
 static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vctx) {
   const bench_opts* o = ((rank_ctx*)vctx)->o;
+  const double t_start = mm_cli_now_s();
   ncclComm_t comm;
   MK(megamoe_comm_create(rank, num_ranks, id, &comm));
   cudaStream_t stream;
@@ -238,6 +253,11 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
     MK(megamoe_prepare_weights(layers[a], &w, stream));
   }
   CK(cudaStreamSynchronize(stream));
+  /* The cells measured (points x arms built), for the progress line. */
+  int live_index[MAX_ARMS], num_live = 0;
+  for (int a = 0; a < o->num_arms; ++a) live_index[a] = layers[a] ? num_live++ : -1;
+  mm_bench_row rows[MM_BENCH_MAX_POINTS * MAX_ARMS];
+  int num_rows = 0;
 
   int32_t* h_idx = malloc(sizeof(int32_t) * (size_t)(Tm * K));
   float* h_w = malloc(sizeof(float) * (size_t)(Tm * K));
@@ -290,6 +310,10 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
       for (int j = 0; j < o->num_arms; ++j) {
         const int a = round % 2 == 0 ? j : o->num_arms - 1 - j;
         if (!layers[a]) continue;
+        if (rank == 0)
+          fprintf(stderr, "bench: cell %d of %d (%s, T %lld), round %d of %d, %.1f s elapsed\n",
+                  p * num_live + live_index[a] + 1, o->num_points * num_live, megamoe_arm_name(o->arms[a]),
+                  (long long)T, round + 1, o->rounds, mm_cli_now_s() - t_start);
         for (int it = 0; it < o->iters; ++it) {
           CK(cudaMemsetAsync(flush, it & 0xff, flush_bytes, stream));
           if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
@@ -324,11 +348,11 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
       double rate = nvl_rate[0];
       if (allreduce_max(&rate, 1, comm, stream, rank) != 0) return 3;
       if (rank == 0) {
-        const double floor = fmax(floors[0], fmax(floors[1], floors[2]));
-        printf("%-7s %7lld %10.1f %8.1f %9.1f %9.1f %8.1f %9.1f %9.1f %9.1f %7.2f\n", megamoe_arm_name(o->arms[a]),
-               (long long)T, worst[a], floors[3] / (worst[a] * 1e-6) / 1e12, rate, sym_bytes[a] / 1048576.0,
-               ws_bytes[a] / 1048576.0, floors[0], floors[1], floors[2], worst[a] / floor);
-        fflush(stdout);
+        mm_bench_row* row = &rows[num_rows++];
+        *row = (mm_bench_row){megamoe_arm_name(o->arms[a]), num_ranks, T, El, H, I, K, worst[a],
+                              floors[3] / (worst[a] * 1e-6) / 1e12, rate, floors[0], floors[1], floors[2],
+                              sym_bytes[a] / 1048576.0, ws_bytes[a] / 1048576.0};
+        print_row(row);
       }
       /* The split arm's in-kernel timeline of one more forward (MEGAMOE_TIMELINE=1). */
       if (o->arms[a] == MEGAMOE_ARM_SPLIT && getenv("MEGAMOE_TIMELINE")) {
@@ -339,6 +363,8 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
         if (rank == 0 && print_timeline(layers[a], T) != 0) return 3;
       }
     }
+    if (rank == 0 && mm_bench_report_write(rows, num_rows, "megamoe bench", o->csv_path, o->json_path) != 0)
+      return 3;
   }
   if (rank == 0)
     printf("\nTFLOP/s per GPU = 2 * routed * 3 * H * I / t (the busiest rank's routed slots); x floor = us / max(floors)\n");

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "bench_report.h"
 #include "gemm/gemm.h"
 #include "cli.h"
 
@@ -89,6 +90,11 @@ int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o) {
       const char* v = mm_cli_value("bench", argc, argv, &i);
       bad = !v || set_arms(o, v) != 0;
       o->given |= MM_BENCH_OPT_ARMS;
+    } else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) {
+      const char* v = mm_cli_value("bench", argc, argv, &i);
+      bad = !v || mm_bench_check_writable("bench", a, v) != 0;
+      if (!strcmp(a, "--csv")) o->csv_path = v, o->given |= MM_BENCH_OPT_CSV;
+      else o->json_path = v, o->given |= MM_BENCH_OPT_JSON;
     } else {
       fprintf(stderr, "bench: unknown option '%s' (megamoe bench --help lists them)\n", a);
       bad = 1;
@@ -103,6 +109,10 @@ int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o) {
                 (long long)o->tokens[p]);
         return MM_PARSE_ERROR;
       }
+  if (o->csv_path && o->json_path && !strcmp(o->csv_path, o->json_path)) {
+    fprintf(stderr, "bench: --csv and --json name the same file '%s'\n", o->csv_path);
+    return MM_PARSE_ERROR;
+  }
   return MM_PARSE_OK;
 }
 

@@ -1,4 +1,5 @@
-/* Checked command-line values for the megamoe tool and its benchmarks.
+/* Checked command-line values for the megamoe tool and its benchmarks (and
+ * its clock).
  *
  * Every function that reads a value prints one line on stderr naming the
  * command, the option and what is wrong ("bench: --rounds 0: must be in
@@ -21,6 +22,9 @@ enum {
   MM_EXIT_USAGE = 2,  /* bad command line: unknown command or option, bad value */
   MM_EXIT_NO_GPU = 4  /* the command needs a GPU and none is visible */
 };
+
+/* Seconds on a monotonic clock (timings, progress lines). */
+double mm_cli_now_s(void);
 
 /* 1 when a is "-h" or "--help". */
 int mm_cli_is_help(const char* a);

@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
+#include "bench_report.h"
 #include "bench_rng.h"
 #include "cli.h"
 #include "host/layout.h"
@@ -35,6 +35,9 @@ static const char* const kUsageBench =
     "      --arms A1,A2,...       of staged, split, fused, each once (all three)\n"
     "      --iters N              timed calls per round, 1..10000 (20)\n"
     "      --rounds N             rounds, arms bracketed A B, B A, ..., 1..100 (3)\n"
+    "      --csv FILE, --json FILE  also write the rows there: one per (arm, tokens, experts per rank) with\n"
+    "                             us, TFLOP/s, floors, MiB, vs_<arm> = us / that arm's us (no GPU: the\n"
+    "                             reference's rows); a progress line per cell goes to stderr\n"
     "              NCCL runs with NCCL_NVLS_ENABLE=0 (set when unset; another value is refused)\n";
 static const char* const kUsageGemm =
     "  bench-gemm  grouped FP8 GEMM vs cuBLASLt block-scaled FP8, on one GPU\n"
@@ -182,12 +185,6 @@ static int cmd_info(int argc, char** argv) {
 
 /* ---- ref (and bench without a GPU) ----------------------------------------- */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void free_rank_data(ref_rank_data* rd, int R) {
   for (int r = 0; r < R; ++r) {
     free((void*)rd[r].x);
@@ -198,8 +195,10 @@ static void free_rank_data(ref_rank_data* rd, int R) {
   }
 }
 
-/* The CPU reference on a small problem: T tokens on each of R ranks. */
-static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int R) {
+/* The CPU reference on a small problem: T tokens on each of R ranks. row
+ * (may be NULL): the run as a benchmark row (arm "reference"; no floors:
+ * they are the GPU's; the buffer sizes a GPU layer of this config takes). */
+static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int R, mm_bench_row* row) {
   megamoe_config cfg = megamoe_config_make(H, I, E, K, T);
   megamoe_status st = megamoe_check_config(&cfg, R);
   if (st != MEGAMOE_OK) {
@@ -249,9 +248,9 @@ static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int R) {
         w[t * K + k] = 1.0f / (float)K;
       }
   }
-  const double t0 = now_s();
+  const double t0 = mm_cli_now_s();
   st = ref_layer_forward(&cfg, R, rd);
-  const double dt = now_s() - t0;
+  const double dt = mm_cli_now_s() - t0;
   if (st != MEGAMOE_OK) {
     fprintf(stderr, "ref: the reference failed: %s\n", megamoe_last_error());
     goto done;
@@ -269,6 +268,12 @@ static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int R) {
   printf("output: mean %.6f, rms %.6f over %lld values\n", sum / (R * T * H), sqrt(sq / (R * T * H)),
          (long long)(R * T * H));
   fflush(stdout);
+  if (row) {
+    size_t symm = 0, ws = 0;
+    megamoe_buffer_sizes(&cfg, R, &symm, &ws); /* the config passed megamoe_check_config above */
+    *row = (mm_bench_row){"reference", R, T, El, H, I, K, dt * 1e6, flops / dt * 1e-12, NAN, NAN, NAN, NAN,
+                          symm / 1048576.0, ws / 1048576.0};
+  }
   rc = MM_EXIT_OK;
 done:
   free_rank_data(rd, R);
@@ -305,14 +310,15 @@ static int cmd_ref(int argc, char** argv) {
     }
     if (bad) return MM_EXIT_USAGE;
   }
-  return run_ref(T, H, I, E, K, R);
+  return run_ref(T, H, I, E, K, R, NULL);
 }
 
 /* ---- bench ----------------------------------------------------------------- */
 
 /* Without a GPU: the CPU reference at each --tokens point (default 256) on
  * --ranks simulated ranks (default 4), 4 experts per rank, H = I = 512,
- * top-4. The rest of the options only mean something on GPUs. */
+ * top-4, its rows in the --csv / --json files (arm "reference"). The rest
+ * of the options only mean something on GPUs. */
 static int bench_without_gpu(const mm_bench_layer_opts* o) {
   static const struct {
     unsigned bit;
@@ -337,10 +343,13 @@ static int bench_without_gpu(const mm_bench_layer_opts* o) {
     }
   if (ignored[0]) printf("ignored without a GPU: %s (they apply to the GPU benchmark only)\n", ignored);
   fflush(stdout);
+  mm_bench_row rows[MM_BENCH_MAX_POINTS];
   for (int p = 0; p < num_points; ++p) {
-    const int rc = run_ref(points[p], 512, 512, 4 * R, 4, R);
+    const int rc = run_ref(points[p], 512, 512, 4 * R, 4, R, &rows[p]);
     if (rc != MM_EXIT_OK) return rc;
   }
+  if (mm_bench_report_write(rows, num_points, "megamoe bench (CPU reference)", o->csv_path, o->json_path) != 0)
+    return MM_EXIT_FAILED;
   return MM_EXIT_OK;
 }
 

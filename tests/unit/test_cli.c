@@ -293,6 +293,181 @@ static mm_test_result test_bench_gemm_without_gpu(void) {
   return MM_TEST_PASS;
 }
 
+/* ---- bench --csv / --json ----------------------------------------------------- */
+
+/* A CSV as the bench writes it (no quoting: no field holds a comma). */
+#define CSV_MAX_LINES 32
+#define CSV_MAX_FIELDS 32
+typedef struct csv_table {
+  char text[16384];
+  char* cell[CSV_MAX_LINES][CSV_MAX_FIELDS];
+  int lines, fields[CSV_MAX_LINES];
+} csv_table;
+
+static int read_file(const char* path, char* buf, size_t n) {
+  const int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  read_back(fd, buf, n);
+  close(fd);
+  return 0;
+}
+
+static int csv_read(const char* path, csv_table* t) {
+  memset(t, 0, sizeof *t);
+  if (read_file(path, t->text, sizeof t->text) != 0) return -1;
+  char* save_line = NULL;
+  for (char* line = strtok_r(t->text, "\n", &save_line); line && t->lines < CSV_MAX_LINES;
+       line = strtok_r(NULL, "\n", &save_line)) {
+    int n = 0;
+    for (char* p = line; p;) { /* strsep keeps empty fields */
+      char* field = strsep(&p, ",");
+      if (n < CSV_MAX_FIELDS) t->cell[t->lines][n++] = field;
+    }
+    t->fields[t->lines++] = n;
+  }
+  return 0;
+}
+
+static int csv_col(const csv_table* t, const char* name) {
+  for (int c = 0; t->lines > 0 && c < t->fields[0]; ++c)
+    if (!strcmp(t->cell[0][c], name)) return c;
+  return -1;
+}
+
+/* Row `line`'s value of column name; NAN when empty or not a number. */
+static double csv_num(const csv_table* t, int line, const char* name) {
+  const int c = csv_col(t, name);
+  if (c < 0 || c >= t->fields[line] || !t->cell[line][c][0]) return NAN;
+  char* end = NULL;
+  const double v = strtod(t->cell[line][c], &end);
+  return *end ? NAN : v;
+}
+
+/* The value after "key": in text (the first at or after from); NAN when
+ * absent or null. *next: just past it. */
+static double json_num(const char* from, const char* key, const char** next) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\": ", key);
+  const char* p = strstr(from, pat);
+  if (!p) return NAN;
+  p += strlen(pat);
+  char* end = NULL;
+  const double v = strtod(p, &end);
+  if (next) *next = end;
+  return end == p ? NAN : v;
+}
+
+/* Runs body(dir) in a fresh temporary folder, removed afterwards with what
+ * is in it. */
+static mm_test_result in_temp_dir(mm_test_result (*body)(const char* dir)) {
+  char dir[] = "/tmp/megamoe_cli_rows_XXXXXX";
+  if (!mkdtemp(dir)) return MM_TEST_FAIL;
+  const mm_test_result r = body(dir);
+  char cmd[PATH_MAX + 16];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "    could not remove %s\n", dir);
+  return r;
+}
+
+static const char* const kRowColumns[] = {
+    "arm",          "ranks", "tokens_per_rank", "experts_per_rank", "hidden",          "intermediate",
+    "top_k",        "us",    "tflops",          "floor_compute_us", "floor_hbm_us",    "floor_nvlink_us",
+    "floor_us",     "x_floor", "nvl_gbs",       "symm_mib",         "workspace_mib",   "vs_reference"};
+
+/* Without a GPU, --csv and --json get the CPU reference's rows: one per
+ * --tokens point, in order, with the columns of a GPU run, the timings the
+ * run printed, TFLOP/s that match them, and no floors (they are the GPU's). */
+static mm_test_result bench_rows_body(const char* dir) {
+  tool_run* r = &g_res;
+  char csv[PATH_MAX], json[PATH_MAX];
+  snprintf(csv, sizeof csv, "%s/b.csv", dir);
+  snprintf(json, sizeof json, "%s/b.json", dir);
+  RUN(r, "bench", "--tokens", "16,8,24", "--ranks", "2", "--csv", csv, "--json", json);
+  CHECK_MSG(r->status == MM_EXIT_OK, "exit %d; stderr: %s", r->status, r->err);
+  static csv_table t;
+  CHECK_MSG(csv_read(csv, &t) == 0, "no %s", csv);
+  CHECK_EQ_INT(t.lines, 1 + 3);
+  for (size_t c = 0; c < sizeof kRowColumns / sizeof kRowColumns[0]; ++c)
+    CHECK_MSG(csv_col(&t, kRowColumns[c]) >= 0, "no column %s in %s", kRowColumns[c], csv);
+  static char js[16384];
+  CHECK_MSG(read_file(json, js, sizeof js) == 0, "no %s", json);
+  CHECK_HAS(js, "{\"source\": \"megamoe bench (CPU reference)\", \"rows\": [");
+  const char* row_json = js;
+  const int64_t points[3] = {16, 8, 24};
+  const char* printed = r->out;
+  for (int i = 1; i < t.lines; ++i) {
+    const int64_t T = points[i - 1];
+    CHECK_EQ_INT(t.fields[i], t.fields[0]);
+    CHECK_MSG(!strcmp(t.cell[i][csv_col(&t, "arm")], "reference"), "arm '%s'", t.cell[i][csv_col(&t, "arm")]);
+    CHECK_EQ_INT(csv_num(&t, i, "ranks"), 2);
+    CHECK_EQ_INT(csv_num(&t, i, "tokens_per_rank"), T);
+    CHECK_EQ_INT(csv_num(&t, i, "experts_per_rank"), 4);
+    CHECK_EQ_INT(csv_num(&t, i, "hidden"), 512);
+    CHECK_EQ_INT(csv_num(&t, i, "intermediate"), 512);
+    CHECK_EQ_INT(csv_num(&t, i, "top_k"), 4);
+    const double us = csv_num(&t, i, "us"), tflops = csv_num(&t, i, "tflops");
+    CHECK_MSG(isfinite(us) && us > 0 && isfinite(tflops) && tflops > 0, "us %g, tflops %g", us, tflops);
+    const double flops = 2.0 * 2 * (double)T * 4 * 3.0 * 512 * 512; /* 2 * R * T * K * 3 * H * I */
+    CHECK_MSG(fabs(tflops / (flops / (us * 1e-6) * 1e-12) - 1) < 1e-4, "tflops %g for %g flops in %g us", tflops,
+              flops, us);
+    /* The stdout line of this point says the same time (in s, 3 decimals). */
+    char want[64];
+    snprintf(want, sizeof want, "CPU reference: T %lld per rank", (long long)T);
+    printed = strstr(printed, want);
+    CHECK_MSG(printed != NULL, "stdout lacks \"%s\" (in order):\n%s", want, r->out);
+    const char* secs = strstr(printed, " ranks: ");
+    double s = NAN;
+    CHECK(secs && sscanf(secs + strlen(" ranks: "), "%lf s", &s) == 1);
+    CHECK_MSG(fabs(s - us * 1e-6) <= 0.0006, "stdout %.3f s, CSV %g us", s, us);
+    CHECK(isfinite(csv_num(&t, i, "symm_mib")) && csv_num(&t, i, "symm_mib") > 0);
+    CHECK(isfinite(csv_num(&t, i, "workspace_mib")) && csv_num(&t, i, "workspace_mib") > 0);
+    CHECK_MSG(!t.cell[i][csv_col(&t, "floor_us")][0] && !t.cell[i][csv_col(&t, "x_floor")][0],
+              "the CPU reference has floors: '%s'", t.cell[i][csv_col(&t, "floor_us")]);
+    CHECK(csv_num(&t, i, "vs_reference") == 1.0);
+    /* The JSON row: the same numbers (the same text, so the same doubles). */
+    row_json = strstr(row_json, "{\"arm\": \"reference\"");
+    CHECK_MSG(row_json != NULL, "JSON row %d missing:\n%s", i, js);
+    CHECK_EQ_INT(json_num(row_json, "tokens_per_rank", NULL), T);
+    CHECK(json_num(row_json, "us", NULL) == us);
+    CHECK(json_num(row_json, "tflops", NULL) == tflops);
+    CHECK(json_num(row_json, "workspace_mib", NULL) == csv_num(&t, i, "workspace_mib"));
+    const char* floor_key = strstr(row_json, "\"floor_us\": ");
+    CHECK(floor_key && !strncmp(floor_key + strlen("\"floor_us\": "), "null", 4));
+    row_json += 1;
+  }
+  CHECK_LACKS(row_json, "{\"arm\": "); /* no fourth row */
+  CHECK_HAS(js, "]}\n");
+  return MM_TEST_PASS;
+}
+
+static mm_test_result test_bench_rows_without_gpu(void) { return in_temp_dir(bench_rows_body); }
+
+/* --csv / --json are checked when parsed: a path that cannot be written is
+ * a usage error naming the option, nothing run; a file the check made for a
+ * run refused later is not left behind. */
+static mm_test_result bench_rows_rejected_body(const char* dir) {
+  tool_run* r = &g_res;
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/missing/b.csv", dir);
+  RUN(r, "bench", "--csv", path);
+  CHECK_USAGE_ERROR(r, "--csv '");
+  CHECK_HAS(r->err, "No such file or directory");
+  RUN(r, "bench", "--json", dir);
+  CHECK_USAGE_ERROR(r, "--json '");
+  CHECK_HAS(r->err, "not a regular file");
+  RUN(r, "bench", "--json");
+  CHECK_USAGE_ERROR(r, "--json needs a value");
+  snprintf(path, sizeof path, "%s/b.csv", dir);
+  RUN(r, "bench", "--csv", path, "--json", path);
+  CHECK_USAGE_ERROR(r, "--csv and --json name the same file");
+  RUN(r, "bench", "--csv", path, "--iters", "0");
+  CHECK_USAGE_ERROR(r, "--iters 0");
+  CHECK_MSG(access(path, F_OK) != 0, "%s left behind by a refused run", path);
+  return MM_TEST_PASS;
+}
+
+static mm_test_result test_bench_rows_rejected_at_parse(void) { return in_temp_dir(bench_rows_rejected_body); }
+
 const mm_test unit_suite_cli[] = {
     {"cli_help_and_unknown_command", test_help},
     {"cli_bench_help_and_unknown_option_without_gpu", test_bench_help_and_unknown_option_without_gpu},
@@ -302,4 +477,6 @@ const mm_test unit_suite_cli[] = {
     {"cli_ref_option_without_value", test_ref_option_without_value},
     {"cli_info_flags_compose", test_info_flags_compose},
     {"cli_bench_gemm_without_gpu", test_bench_gemm_without_gpu},
+    {"cli_bench_rows_without_gpu", test_bench_rows_without_gpu},
+    {"cli_bench_rows_rejected_at_parse", test_bench_rows_rejected_at_parse},
     {NULL, NULL}};

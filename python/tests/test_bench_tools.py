@@ -1,0 +1,236 @@
+"""The benchmark's files and tools without a GPU: the row files the C tool
+writes (its CPU-reference mode) read by megamoe.benchfile, the Python writer
+in the same format, `python -m megamoe.plot` on both (skipped without
+matplotlib), and `python -m megamoe.bench`'s options and its no-GPU exit."""
+
+import csv
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import megamoe
+from megamoe import bench, benchfile, plot
+
+ROOT = Path(__file__).resolve().parents[2]
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+needs_matplotlib = pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib not installed")
+
+
+def _tool():
+    """build/megamoe next to the library under test (else the checkout's)."""
+    lib = os.environ.get("MEGAMOE_LIBRARY")
+    for path in ([Path(lib).parent / "megamoe"] if lib else []) + [ROOT / "build" / "megamoe"]:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    pytest.skip("the megamoe tool is not built (make all)")
+
+
+def _env():
+    """This package and library for the child processes; no GPU."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", MEGAMOE_LIBRARY=megamoe.library_path())
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(megamoe.__file__).parents[1]),
+                                                      os.environ.get("PYTHONPATH")]))
+    return env
+
+
+def _run(*args, timeout=120):
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, env=_env(), timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def tool_rows(tmp_path_factory):
+    """The C tool's CPU-reference rows at T 8 and 16 on 2 ranks, as CSV and JSON."""
+    d = tmp_path_factory.mktemp("rows")
+    out = _run(_tool(), "bench", "--tokens", "8,16", "--ranks", "2", "--csv", d / "b.csv", "--json", d / "b.json")
+    assert out.returncode == 0, out.stderr
+    return d / "b.csv", d / "b.json"
+
+
+def _synthetic_rows(experts=(32,)):
+    """Two arms with floors, as a GPU run has them (made-up numbers)."""
+    rows = []
+    for e in experts:
+        for t in (64, 512, 4096):
+            floors = {"floor_compute_us": t * 0.02, "floor_hbm_us": 90.0, "floor_nvlink_us": t * 0.01}
+            for arm, us in (("staged", 2.0 * max(floors.values())), ("split", 1.5 * max(floors.values()))):
+                rows.append(dict(arm=arm, ranks=8, tokens_per_rank=t, experts_per_rank=e, hidden=4096,
+                                 intermediate=2048, top_k=6, us=us, tflops=2.0 * t * 6 * 3 * 4096 * 2048 / us * 1e-6,
+                                 nvl_gbs=None, symm_mib=100.0, workspace_mib=50.0, **floors))
+    return rows
+
+
+# ---- row files ----------------------------------------------------------------
+
+def test_the_c_rows_have_the_python_columns(tool_rows):
+    csv_path, json_path = tool_rows
+    with open(csv_path) as f:
+        header = next(csv.reader(f))
+    assert header == list(benchfile.COLUMNS) + ["vs_reference"]
+    from_csv, from_json = benchfile.read_rows(csv_path), benchfile.read_rows(json_path)
+    assert [r["tokens_per_rank"] for r in from_csv] == [8, 16]  # one row per cell, in order
+    for a, b in zip(from_csv, from_json):
+        assert a == b
+        assert a["arm"] == "reference" and a["ranks"] == 2 and a["experts_per_rank"] == 4
+        for name in ("us", "tflops", "symm_mib", "workspace_mib"):
+            assert math.isfinite(a[name]) and a[name] > 0, name
+        assert a["floor_us"] is None and a["x_floor"] is None  # the CPU has no floors
+        assert a["vs_reference"] == 1
+
+
+def test_the_python_writer_derives_floor_and_ratios(tmp_path):
+    rows = _synthetic_rows()
+    benchfile.write_rows(rows, tmp_path / "p.csv", tmp_path / "p.json")
+    for path in ("p.csv", "p.json"):
+        back = benchfile.read_rows(tmp_path / path)
+        assert len(back) == len(rows)
+        for r, w in zip(back, rows):
+            floor = max(w["floor_compute_us"], w["floor_hbm_us"], w["floor_nvlink_us"])
+            assert r["floor_us"] == pytest.approx(floor, rel=1e-5)
+            assert r["x_floor"] == pytest.approx(w["us"] / floor, rel=1e-5)
+            assert r["vs_staged"] == pytest.approx(1.0 if r["arm"] == "staged" else 0.75, rel=1e-5)
+            assert r["vs_split"] == pytest.approx(1.0 if r["arm"] == "split" else 4 / 3, rel=1e-5)
+            assert r["nvl_gbs"] is None
+
+
+def test_read_rows_refuses_other_files(tmp_path):
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="no column arm"):
+        benchfile.read_rows(tmp_path / "x.csv")
+    (tmp_path / "x.json").write_text('{"rows": []}')
+    with pytest.raises(ValueError, match="no rows"):
+        benchfile.read_rows(tmp_path / "x.json")
+
+
+# ---- the plot -----------------------------------------------------------------
+
+def _is_png(path):
+    data = Path(path).read_bytes()
+    return len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@needs_matplotlib
+def test_plot_of_the_tool_rows(tool_rows, tmp_path):
+    for src in tool_rows:
+        png = tmp_path / (src.stem + src.suffix.replace(".", "_") + ".png")
+        out = _run(sys.executable, "-m", "megamoe.plot", src, "-o", png)
+        assert out.returncode == 0, out.stderr
+        assert "lines: reference" in out.stdout
+        assert _is_png(png)
+
+
+@needs_matplotlib
+def test_plot_draws_each_arm_and_the_floor(tmp_path):
+    rows = benchfile.complete(_synthetic_rows())
+    assert plot.plot_rows(rows, tmp_path / "a.png") == ["staged", "split", "floor"]
+    assert _is_png(tmp_path / "a.png")
+    rows = benchfile.complete(_synthetic_rows(experts=(32, 48)))
+    labels = plot.plot_rows(rows, tmp_path / "b.png")
+    assert labels == ["staged, 32 experts/rank", "split, 32 experts/rank", "staged, 48 experts/rank",
+                      "split, 48 experts/rank", "floor, 32 experts/rank", "floor, 48 experts/rank"]
+    assert _is_png(tmp_path / "b.png")
+
+
+def test_plot_without_matplotlib_says_so(tool_rows, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    assert plot.main([str(tool_rows[0]), "-o", str(tmp_path / "c.png")]) == 1
+    assert "matplotlib is not installed" in capsys.readouterr().err
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_plot_refuses_a_file_that_is_not_rows(tmp_path):
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    out = _run(sys.executable, "-m", "megamoe.plot", tmp_path / "x.csv", "-o", tmp_path / "x.png")
+    assert out.returncode == 2
+    assert "argument file" in out.stderr and "not a benchmark row file" in out.stderr
+
+
+# ---- python -m megamoe.bench --------------------------------------------------
+
+def test_bench_options(tool_rows, tmp_path):
+    a = bench.parse_args([])
+    assert (a.tokens, a.arms, a.iters, a.rounds, a.max_tokens) == ([64, 512, 2048, 8192], ["staged", "split"], 20, 3,
+                                                                     8192)
+    assert (a.hidden, a.intermediate, a.experts_per_rank, a.top_k) == (4096, 2048, 32, 6)
+    a = bench.parse_args(["--model", "pro", "--tokens", "16,128", "--arms", "split", "--ranks", "2", "--iters", "5",
+                          "--csv", str(tmp_path / "p.csv"), "--c-csv", str(tool_rows[0])])
+    assert (a.hidden, a.experts_per_rank, a.experts_total, a.ranks, a.max_tokens) == (7168, 0, 384, 2, 128)
+    assert a.csv == str(tmp_path / "p.csv") and not (tmp_path / "p.csv").exists()  # checked, not left behind
+    assert [r["tokens_per_rank"] for r in a.c_rows] == [8, 16]
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--tokens", "0"], "argument --tokens: 0: must be in [1, 1048576]"),
+    (["--tokens", "64,,512"], "argument --tokens: '' is not a whole number"),
+    (["--arms", "staged,bogus"], "argument --arms: 'staged,bogus': unknown arm 'bogus'"),
+    (["--arms", "split,split"], "argument --arms: 'split,split': an arm given twice"),
+    (["--ranks", "9"], "argument --ranks: 9: must be in [1, 8]"),
+    (["--rounds", "0"], "argument --rounds: 0"),
+    (["--model", "flash-rankk"], "argument --model: invalid choice: 'flash-rankk'"),
+    (["--tokens", "64,512", "--max-tokens", "100"], "argument --max-tokens: 100 is below the --tokens point 512"),
+    (["--csv", "/nonexistent-megamoe/b.csv"], "argument --csv: '/nonexistent-megamoe/b.csv': cannot write it"),
+    (["--csv", "same.csv", "--json", "same.csv"], "argument --json: the same file as --csv"),
+    (["--c-csv", "/nonexistent-megamoe/c.csv"], "argument --c-csv: '/nonexistent-megamoe/c.csv'"),
+])
+def test_bench_rejects_bad_options(args, names, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(args)
+    assert e.value.code == 2
+    assert names in capsys.readouterr().err
+
+
+def test_c_cells_match_by_arm_and_shape(tool_rows):
+    c_rows = benchfile.read_rows(tool_rows[0])
+    row = dict(c_rows[1])
+    assert bench._c_cell(c_rows, row) is c_rows[1]
+    assert bench._c_cell(c_rows, dict(row, hidden=1024)) is None
+    assert bench._c_cell(c_rows, dict(row, arm="split")) is None
+    assert bench._c_cell(None, row) is None
+
+
+def test_point_rows_take_the_c_floors_and_print(tmp_path, capsys):
+    """Rank 0's rows of a point (as the GPU run makes them) from made-up
+    timings, beside a C run of the same cells (the Python writer's file)."""
+    c_rows = _synthetic_rows()
+    benchfile.write_rows(c_rows, tmp_path / "c.csv")
+    c_rows = benchfile.read_rows(tmp_path / "c.csv")
+    info = {"staged": {"symmetric_bytes": 3 << 20, "workspace_bytes": 5 << 20},
+            "split": {"symmetric_bytes": 4 << 20, "workspace_bytes": 6 << 20}}
+    flops = 2.0 * 600 * 3 * 4096 * 2048
+    shape = (8, 32, 4096, 2048, 6)
+    got = bench.point_rows({"staged": 200.0, "split": 150.0}, shape, 512, flops, info, c_rows)
+    assert [(r["arm"], r["us"], r["symm_mib"], r["workspace_mib"]) for r, _ in got] == \
+        [("staged", 200.0, 3.0, 5.0), ("split", 150.0, 4.0, 6.0)]
+    for r, c in got:
+        assert c is not None and (c["arm"], c["tokens_per_rank"]) == (r["arm"], 512)
+        assert r["tflops"] == pytest.approx(flops / (r["us"] * 1e-6) / 1e12)
+        assert [r[f] for f in benchfile.FLOOR_COLUMNS] == [c[f] for f in benchfile.FLOOR_COLUMNS]
+    alone = bench.point_rows({"split": 150.0}, (8, 48, 4096, 2048, 6), 512, flops, info, c_rows)
+    assert alone[0][1] is None and benchfile.floor_of(alone[0][0]) is None  # no C cell of that shape: no floors
+    table = bench.Table(with_c=True)
+    for r, c in got + alone:
+        table.row(r, c)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["arm", "T/rank", "us"] and "py / C" in lines[0]
+    staged_c = got[0][1]["us"]
+    assert lines[1].split() == ["staged", "512", "200.0", f"{got[0][0]['tflops']:.1f}", "3.0", "5.0",
+                                f"{200.0 / benchfile.floor_of(got[0][0]):.2f}", f"{staged_c:.1f}",
+                                f"{got[0][1]['tflops']:.1f}", f"{200.0 / staged_c:.2f}"]
+    assert lines[3].split()[-4:] == ["-", "-", "-", "-"]  # x floor and the C columns unknown
+
+
+def test_bench_without_gpu_exits_4(tmp_path):
+    out = _run(sys.executable, "-m", "megamoe.bench", "--tokens", "64", "--csv", tmp_path / "b.csv")
+    assert out.returncode == 4, out.stderr
+    assert "needs a GPU" in out.stderr
+    assert out.stdout == "" and not (tmp_path / "b.csv").exists()
+    out = _run(sys.executable, "-m", "megamoe.bench", "--iters", "0")  # the options are read first
+    assert out.returncode == 2 and "argument --iters" in out.stderr
+    out = _run(sys.executable, "-m", "megamoe.bench", "--help")
+    assert out.returncode == 0 and "--c-csv" in out.stdout
