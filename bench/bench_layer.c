@@ -136,7 +136,7 @@ static int allreduce_max(double* v, int n, ncclComm_t comm, cudaStream_t stream,
   return 0;
 }
 
-/* The timeline of the last forward, rank 0's view: per event the CTAs'
+/* The timeline of the last forward, one rank's view: per event the CTAs'
  * stamps relative to the earliest kernel-1 start, as min / median / max µs
  * (src/host/timeline.h). */
 static int cmp_u64(const void* x, const void* y) {
@@ -144,7 +144,7 @@ static int cmp_u64(const void* x, const void* y) {
   return a < b ? -1 : a > b;
 }
 
-static int print_timeline(const megamoe_layer* layer, int64_t T) {
+static int print_timeline(const megamoe_layer* layer, int64_t T, int rank) {
   static const char* const names[MM_TL_EVENTS] = {
       "k1 start", "counted", "published", "laid out (barrier 0)", "pull end", "L1 first tile issued",
       "L1 last tile issued", "L1 math end", "k2 start", "L2 math end", "pushed", "combined (barrier 1)", "reduced"};
@@ -160,8 +160,8 @@ static int print_timeline(const megamoe_layer* layer, int64_t T) {
   for (int c = 0; c < ctas; ++c)
     if (stamps[c * MM_TL_EVENTS + MM_TL_K1_START] && stamps[c * MM_TL_EVENTS + MM_TL_K1_START] < t0)
       t0 = stamps[c * MM_TL_EVENTS + MM_TL_K1_START];
-  printf("  timeline split T %lld (rank 0, %d CTAs; us after the first CTA entered kernel 1: min / median / max):\n",
-         (long long)T, ctas);
+  printf("  timeline split T %lld (rank %d, %d CTAs; us after the first CTA entered kernel 1: min / median / max):\n",
+         (long long)T, rank, ctas);
   for (int e = 0; e < MM_TL_EVENTS; ++e) {
     int n = 0;
     for (int c = 0; c < ctas; ++c)
@@ -360,7 +360,13 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
         if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
         MK(megamoe_forward(layers[a], &args, stream));
         MK(megamoe_sync(layers[a], stream));
-        if (rank == 0 && print_timeline(layers[a], T) != 0) return 3;
+        /* Every rank's, in rank order (a slow peer shows as rank 0's wait at barrier 1). */
+        for (int r = 0; r < num_ranks; ++r) {
+          if (rank == r && print_timeline(layers[a], T, rank) != 0) return 3;
+          fflush(stdout);
+          if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
+          CK(cudaStreamSynchronize(stream));
+        }
       }
     }
     if (rank == 0 && mm_bench_report_write(rows, num_rows, "megamoe bench", o->csv_path, o->json_path) != 0)

@@ -298,6 +298,10 @@ typedef struct mm_swiglu_epilogue {
   float clamp;
   uint8_t* out;
   float* out_sf;
+  /* Diagnostic only (bench-gemm, MEGAMOE_SWIGLU_SKIP), 0 everywhere else: the
+   * epilogue leaves out parts to time them: bit 0 the row-weight loads (w =
+   * 1), bit 1 the SwiGLU math (g * u), bit 2 the stores. */
+  int32_t diag_skip;
 } mm_swiglu_epilogue;
 
 /* Scatter epilogue (MM_GEMM_OUT_BF16_SCATTER): output row r (a valid row)
