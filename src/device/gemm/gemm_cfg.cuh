@@ -20,8 +20,7 @@
  *
  * ---- Shared memory (runtime layout, mm_gemm_layout_make) -------------------
  * The base is aligned up to 1024 bytes, then:
- *   staging    BM x BN x 2 B          (kStaging only) 128-byte-swizzled boxes of 64 columns;
- *              BM x BN / 2 B          (kStagingFp8) fp8 rows, 16-byte chunks swizzled by row
+ *   staging    BM x BN x 2 B          (kStaging only) 128-byte-swizzled boxes of 64 columns
  *   A stages   stages x BM x 128 B    TMA, 128-byte swizzle
  *   B stages   stages x BN x 128 B    TMA, 128-byte swizzle
  *   SF stages  stages x kPromo x BM x 4  TMA, A scales of the stage's K block
@@ -57,12 +56,7 @@ static_assert(2 * 128 * MM_GEMM_MATH_REGS + 128 * MM_GEMM_PRODUCER_REGS <= 168 *
 #define MM_GEMM_MIN_STAGES 2
 #define MM_GEMM_GROUP_ROWS 2048 /* rows of A per scheduler m-group (L2 reuse) */
 
-/* What a tile's epilogue stages in shared memory before its stores. */
-#define MM_STAGING_NONE 0
-#define MM_STAGING_BF16 1 /* the bf16 tile (TMA store, scatter) */
-#define MM_STAGING_FP8 2  /* the SwiGLU epilogue's fp8 tile, BN / 2 a-columns (coalesced stores) */
-
-template <int BM_, int BN_, bool kSplitN_, bool kTwoParts_, int kPromo_, int kStagingKind_, bool kNoScale_ = false>
+template <int BM_, int BN_, bool kSplitN_, bool kTwoParts_, int kPromo_, bool kStaging_, bool kNoScale_ = false>
 struct mm_gemm_cfg {
   /* kNoScale (diagnostic tile only): no promotion, the chains accumulate
    * straight into acc across K blocks, the way a per-tensor-scaled GEMM
@@ -74,8 +68,7 @@ struct mm_gemm_cfg {
   static constexpr bool kSplitN = kSplitN_;
   static constexpr bool kTwoParts = kTwoParts_;
   static constexpr int kPromo = kPromo_;
-  static constexpr bool kStaging = kStagingKind_ == MM_STAGING_BF16;
-  static constexpr bool kStagingFp8 = kStagingKind_ == MM_STAGING_FP8;
+  static constexpr bool kStaging = kStaging_;
   static constexpr int kWM = kSplitN ? BM / 64 : BM / 128;  /* waves along M per warpgroup */
   static constexpr int kWN = kSplitN ? BN / 256 : BN / 128; /* waves along N per warpgroup */
   static constexpr int kWaves = kWM * kWN;
@@ -86,7 +79,7 @@ struct mm_gemm_cfg {
   static constexpr uint32_t kStageB = BN * MM_GEMM_BLOCK_K;
   static constexpr uint32_t kStageSF = kPromo * BM * 4;
   static constexpr uint32_t kTxBytes = kStageA + kStageB + kStageSF;
-  static constexpr uint32_t kStagingBytes = kStaging ? (uint32_t)BM * BN * 2 : kStagingFp8 ? (uint32_t)BM * BN / 2 : 0;
+  static constexpr uint32_t kStagingBytes = kStaging ? (uint32_t)BM * BN * 2 : 0;
   static constexpr int kGroupM = MM_GEMM_GROUP_ROWS / BM;   /* m-tiles per scheduler group */
 
   static_assert(BM == 64 || BM == 128 || BM == 256, "BM");
@@ -150,7 +143,7 @@ struct mm_gemm_smem {
   uint32_t full, empty;     /* barrier 0 of each kind */
   uint32_t stages;
   const float* sf_ptr;      /* generic pointer to the SF stages */
-  uint8_t* d_ptr;           /* generic pointer to the staging area */
+  const uint8_t* d_ptr;     /* generic pointer to the staging area */
   uint8_t* a_ptr;           /* generic pointer to stage 0 of A (an arm's scratch before the pipeline starts) */
   float* xwg;               /* [2][BM] */
   volatile int32_t* abort;  /* non-zero: a role gave up */

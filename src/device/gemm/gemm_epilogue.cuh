@@ -228,19 +228,6 @@ MM_DEVICE void mm_gemm_copy_loop(const mm_gemm_smem& sm, const Sched& sched, con
   }
 }
 
-/* fp8 staging (kStagingFp8): row r's BN / 2 bytes at r * BN / 2, its 16-byte
- * chunk c at chunk c ^ (r % kSwz): the 8 rows a warp's store covers land in
- * different banks. */
-template <class Cfg>
-MM_DEVICE uint32_t mm_gemm_fp8_staging_off(uint32_t row, uint32_t byte_col) {
-  constexpr uint32_t kRowBytes = Cfg::BN / 2, kChunks = kRowBytes / 16, kSwz = kChunks < 8 ? kChunks : 8;
-  return row * kRowBytes + ((((byte_col >> 4) ^ (row % kSwz)) & (kChunks - 1)) << 4) + (byte_col & 15u);
-}
-
-/* Named barrier of one math warpgroup (its staging region of the tile). */
-#define MM_GEMM_BAR_WG0 5 /* 5 and 6 */
-MM_DEVICE void mm_gemm_wg_barrier(int wg) { mm_named_barrier_sync(MM_GEMM_BAR_WG0 + wg, 128); }
-
 /* Epilogue of the L1 GEMM: B is the prepared W1 (MM_W1_INTERLEAVE = 64), so
  * a 128-wide wave holds gate columns in registers i < 32 and the matching up
  * columns in i + 32, for a-columns (n0 + wave column) / 2 + 0..63.
@@ -319,48 +306,28 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
       }
     }
     if (mm_gemm_wg_row0<Cfg>(wg) + 64 * wm >= ti.rows || skip_store) continue; /* nothing to store */
-    /* The wave's codes into this warpgroup's part of the staging area (the
-     * barrier: its previous reads are done), then 16-byte coalesced stores
-     * of the valid rows. */
-    mm_gemm_wg_barrier(wg);
-    const int wrow0 = mm_gemm_wg_row0<Cfg>(wg) + 64 * wm; /* the wave's first tile row */
 #pragma unroll
     for (int wn = 0; wn < Cfg::kWN; ++wn) {
       const float* a = acc[wm * Cfg::kWN + wn];
       const float sf0 = mm_group_scale(amax[wn][0]);
       const float sf1 = mm_group_scale(amax[wn][1]);
       const float rcp0 = __frcp_rn(sf0), rcp1 = __frcp_rn(sf1);
-      const int bcol0 = (mm_gemm_wg_col0<Cfg>(wg) + 128 * wn) / 2; /* the wave's first a-column in the tile */
+      const int acol0 = (ti.n0 + mm_gemm_wg_col0<Cfg>(wg) + 128 * wn) / 2; /* first a-column of the wave */
+      const int acol = acol0 + 2 * (threadIdx.x & 3);
+      uint16_t* o0 = reinterpret_cast<uint16_t*>(q.out + grow * inter + acol);
+      uint16_t* o1 = reinterpret_cast<uint16_t*>(q.out + (grow + 8) * inter + acol);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const uint32_t bc = (uint32_t)(bcol0 + 8 * j + 2 * (threadIdx.x & 3));
-        *reinterpret_cast<uint16_t*>(sm.d_ptr + mm_gemm_fp8_staging_off<Cfg>((uint32_t)r0, bc)) =
-            mm_quant_e4m3x2(a[4 * j], a[4 * j + 1], sf0, rcp0);
-        *reinterpret_cast<uint16_t*>(sm.d_ptr + mm_gemm_fp8_staging_off<Cfg>((uint32_t)r0 + 8, bc)) =
-            mm_quant_e4m3x2(a[4 * j + 2], a[4 * j + 3], sf1, rcp1);
+        if (ok0) o0[4 * j] = mm_quant_e4m3x2(a[4 * j], a[4 * j + 1], sf0, rcp0);
+        if (ok1) o1[4 * j] = mm_quant_e4m3x2(a[4 * j + 2], a[4 * j + 3], sf1, rcp1);
       }
       /* One scale per group: the group's first wave writes it. */
-      const int acol0 = ti.n0 / 2 + bcol0; /* first a-column of the wave */
       const bool writes_sf = acol0 % q.group == 0;
       if ((threadIdx.x & 3) == 0 && writes_sf) {
         const int64_t gi = acol0 / q.group;
         if (ok0) q.out_sf[gi * p.rows_cap + grow] = sf0;
         if (ok1) q.out_sf[gi * p.rows_cap + grow + 8] = sf1;
       }
-    }
-    mm_gemm_wg_barrier(wg);
-    /* The wave's 64 rows x kWN * 64 bytes: 16-byte chunks, consecutive threads along a row. */
-    constexpr int kChunksPerRow = Cfg::kWN * 64 / 16;
-    const int bcol_wg = mm_gemm_wg_col0<Cfg>(wg) / 2;
-    const int t = threadIdx.x & 127;
-#pragma unroll
-    for (int i = 0; i < 64 * kChunksPerRow / 128; ++i) {
-      const int idx = t + 128 * i;
-      const int row = wrow0 + idx / kChunksPerRow, c = idx % kChunksPerRow;
-      if (row >= ti.rows) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(
-          sm.d_ptr + mm_gemm_fp8_staging_off<Cfg>((uint32_t)row, (uint32_t)(bcol_wg + 16 * c)));
-      *reinterpret_cast<uint4*>(q.out + (int64_t)(ti.out_row0 + row) * inter + ti.n0 / 2 + bcol_wg + 16 * c) = v;
     }
   }
 }

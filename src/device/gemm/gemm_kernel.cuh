@@ -82,9 +82,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_gemm_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                    const __grid_constant__ CUtensorMap tm_sfa, const __grid_constant__ CUtensorMap tm_d,
                    const mm_gemm_problem p, const mm_gemm_layout lay) {
-  static_assert(Cfg::kStaging == (kOut == MM_GEMM_OUT_BF16 || kOut == MM_GEMM_OUT_BF16_SCATTER) &&
-                    Cfg::kStagingFp8 == (kOut == MM_GEMM_OUT_SWIGLU_FP8),
-                "staging area");
+  static_assert(Cfg::kStaging == (kOut == MM_GEMM_OUT_BF16 || kOut == MM_GEMM_OUT_BF16_SCATTER), "staging area");
   extern __shared__ uint8_t mm_gemm_smem_raw[];
   const mm_gemm_smem sm = mm_gemm_smem_carve(mm_gemm_smem_raw, lay);
   const int tid = threadIdx.x;
@@ -137,10 +135,7 @@ struct mm_gemm_kernel_ref {
 template <int BM, int BN, bool kSplitN, bool kTwoParts, int kPromo, int kOut, bool kNoScale>
 mm_gemm_kernel_ref mm_gemm_kernel_get(int num_experts, int max_stages) {
   using Cfg = mm_gemm_cfg<BM, BN, kSplitN, kTwoParts, kPromo,
-                          kOut == MM_GEMM_OUT_BF16 || kOut == MM_GEMM_OUT_BF16_SCATTER ? MM_STAGING_BF16
-                          : kOut == MM_GEMM_OUT_SWIGLU_FP8                              ? MM_STAGING_FP8
-                                                                                        : MM_STAGING_NONE,
-                          kNoScale>;
+                          kOut == MM_GEMM_OUT_BF16 || kOut == MM_GEMM_OUT_BF16_SCATTER, kNoScale>;
   mm_gemm_kernel_ref r;
   r.fn = reinterpret_cast<const void*>(&mm_gemm_kernel<Cfg, mm_sched_grouped, kOut>);
   r.layout = mm_gemm_layout_for<Cfg>(mm_sched_grouped::smem_bytes(num_experts), (uint32_t)max_stages);

@@ -7,9 +7,9 @@ static const void* mm_split_l1_kernel_for(mm_gemm_tile tile, int a_sf_block) {
   if (a_sf_block != MM_SCALE_BLOCK) return nullptr; /* the pool's scales are per 128 */
   switch (tile) {
     case MM_GEMM_TILE_64x256:
-      return reinterpret_cast<const void*>(&mm_split_l1_kernel<mm_gemm_cfg<64, 256, true, true, 1, MM_STAGING_FP8>>);
+      return reinterpret_cast<const void*>(&mm_split_l1_kernel<mm_gemm_cfg<64, 256, true, true, 1, false>>);
     case MM_GEMM_TILE_128x128:
-      return reinterpret_cast<const void*>(&mm_split_l1_kernel<mm_gemm_cfg<128, 128, false, true, 1, MM_STAGING_FP8>>);
+      return reinterpret_cast<const void*>(&mm_split_l1_kernel<mm_gemm_cfg<128, 128, false, true, 1, false>>);
     default: return nullptr;
   }
 }

@@ -7,8 +7,8 @@
 template <int BM, int BN, bool kSplitN>
 static const void* mm_split_l2_pick(int a_sf_block) {
   if (a_sf_block == 64)
-    return reinterpret_cast<const void*>(&mm_split_l2_kernel<mm_gemm_cfg<BM, BN, kSplitN, BM != 256, 2, MM_STAGING_BF16>>);
-  return reinterpret_cast<const void*>(&mm_split_l2_kernel<mm_gemm_cfg<BM, BN, kSplitN, BM != 256, 1, MM_STAGING_BF16>>);
+    return reinterpret_cast<const void*>(&mm_split_l2_kernel<mm_gemm_cfg<BM, BN, kSplitN, BM != 256, 2, true>>);
+  return reinterpret_cast<const void*>(&mm_split_l2_kernel<mm_gemm_cfg<BM, BN, kSplitN, BM != 256, 1, true>>);
 }
 
 static const void* mm_split_l2_kernel_for(mm_gemm_tile tile, int a_sf_block) {
