@@ -15,7 +15,7 @@ mkdir -p "$work/build"
 cat > "$work/build/gpu_tests" << 'EOF'
 #!/usr/bin/env bash
 if [ "${1-}" = --list ]; then
-  printf '%s\n' gemm_wgmma_f32_vs_cpu gemm_wgmma_vs_simple_large gemm_wgmma_scatter gemm_wgmma_vs_cublaslt_large \
+  printf '%s\n' gemm_wgmma_f32_vs_cpu gemm_wgmma_vs_simple_large gemm_wgmma_scatter gemm_wgmma_vs_cublaslt_large gemm_wgmma_rows_ready \
     "sanitize small: uniform routing, 2 forwards"
   exit 0
 fi
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --tool) tool=$2; shift 2 ;;
     --log-file) log=$2; shift 2 ;;
-    --target-processes | --print-limit | --report-api-errors | --kernel-name-exclude) shift 2 ;;
+    --target-processes | --print-limit | --report-api-errors | --kernel-name-exclude | --launch-timeout) shift 2 ;;
     *) break ;;
   esac
 done
