@@ -56,6 +56,7 @@ LIB_INCS   := -Iinclude -Isrc -Isrc/device -Iref
 EXTRA_INCS :=
 INCS        = $(LIB_INCS) $(EXTRA_INCS) $(DEP_INCS)
 $(BUILD)/tests/%.o: EXTRA_INCS := -Itests
+$(BUILD)/tests/unit/test_soak.o: EXTRA_INCS := -Itests -Ibench
 $(BUILD)/bench/%.o $(BUILD)/tools/%.o: EXTRA_INCS := -Ibench
 $(BUILD)/examples/%.o: LIB_INCS := -Iinclude
 
@@ -105,7 +106,7 @@ LIBDIR       ?= $(PREFIX)/lib
 INCLUDEDIR   ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-.PHONY: all test unit-test gpu-test install install-check fuzz-sanitized clean python python-install
+.PHONY: all test unit-test gpu-test sanitize soak install install-check fuzz-sanitized clean python python-install
 all: $(LIB) $(SO) $(UNIT_BIN) $(GPU_BIN) $(TOOL_BIN) $(EXAMPLE_BIN)
 
 $(BUILD)/%.o: %.c
@@ -131,7 +132,9 @@ $(SO): $(LIB_OBJ) $(SO_MAP)
 	ln -sf $(SO_FILE) $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $(BUILD)/libmegamoe.so
 
-$(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/%.o) $(LIB)
+# The unit tests also check the soak's options and per-call draw (plain C).
+UNIT_BENCH_OBJ := $(BUILD)/bench/soak_draw.o $(BUILD)/bench/cli.o
+$(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/%.o) $(UNIT_BENCH_OBJ) $(LIB)
 	$(CC) $(filter %.o,$^) $(LIB) $(LDLIBS) -o $@
 
 GPU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(patsubst %.c,$(BUILD)/%.o,$(GPU_TEST_SRC)))
@@ -164,6 +167,20 @@ gpu-test: $(GPU_BIN) $(SO)
 # MEGAMOE_REQUIRE_PYTHON_TESTS=1).
 test: $(UNIT_BIN) $(GPU_BIN) $(TOOL_BIN) $(SO)
 	tests/run_tests.sh $(BUILD)
+
+# ---- Reliability (docs/RELIABILITY.md; GPU machines) ----------------------------
+# compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over the GEMM
+# engine tests and the layer's "sanitize small" tests at EP1 and EP2 on each
+# arm, each tool's planted-bug control first. TOOLS and TARGETS pick a subset
+# (comma-separated: memcheck,racecheck,synccheck,initcheck;
+# control,gemm,staged,split); SANITIZE_DIR holds the logs (BUILD/sanitize),
+# SANITIZE_TIMEOUT bounds each run (400 s).
+sanitize: $(GPU_BIN)
+	scripts/sanitize.sh --build $(BUILD) --tools "$(TOOLS)" --targets "$(TARGETS)"
+
+# The soak on every visible GPU: `megamoe soak` with SOAK_ARGS (its --help).
+soak: $(TOOL_BIN)
+	NCCL_NVLS_ENABLE=0 $(TOOL_BIN) soak $(SOAK_ARGS)
 
 # ---- Python package (python/) -----------------------------------------------
 # `make python` copies the shared library into the package, where the package

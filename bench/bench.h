@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bench_rng.h"
 #include "megamoe.h"
 
 #ifdef __cplusplus
@@ -87,6 +88,13 @@ int mm_bench_gemm_run(const mm_bench_gemm_opts* o);
  * success. */
 int mm_bench_fill_fp8(void* dst, size_t n, float spread, uint64_t seed, void* stream);
 int mm_bench_fill_uniform(float* dst, size_t n, float lo, float hi, uint64_t seed, void* stream);
+
+/* ---- Host data (bench_host.c) --------------------------------------------- */
+/* n e4m3 values ~ N(0, spread^2), saturating at +-448. */
+void mm_bench_host_fp8(mm_bench_rng* g, uint8_t* dst, int64_t n, double spread);
+/* T tokens of H channels the way a producer quantizes them: N(0, 1) values,
+ * one scale per 128 channels, sf = amax / 448 (ref_quantize_group). */
+void mm_bench_host_tokens(mm_bench_rng* g, uint8_t* x, float* x_sf, int64_t T, int64_t H);
 
 #ifdef __cplusplus
 }

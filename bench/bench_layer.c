@@ -395,15 +395,8 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
 }
 
 int mm_bench_layer_run(mm_bench_layer_opts* o, int gpus) {
-  if (gpus < 1) {
-    fprintf(stderr, "bench: no GPU visible\n");
-    return MM_EXIT_NO_GPU;
-  }
-  if (o->ranks == 0) o->ranks = gpus;
-  if (o->ranks > gpus) {
-    fprintf(stderr, "bench: --ranks %d but %d GPU(s) visible\n", o->ranks, gpus);
-    return MM_EXIT_USAGE;
-  }
+  const int picked = mm_cli_pick_ranks("bench", &o->ranks, gpus);
+  if (picked != MM_EXIT_OK) return picked;
   if (o->experts_per_rank > 0) o->experts_total = o->experts_per_rank * o->ranks;
   if (o->experts_total % o->ranks) {
     fprintf(stderr, "bench: --model %s: %d experts do not split over %d ranks (--ranks)\n", o->model,

@@ -25,33 +25,6 @@ static int set_model(mm_bench_layer_opts* o, const char* v) {
   return 0;
 }
 
-static int set_arms(mm_bench_layer_opts* o, const char* v) {
-  o->num_arms = 0;
-  const char* p = v;
-  for (;;) {
-    const char* comma = strchr(p, ',');
-    const size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    megamoe_arm arm = MEGAMOE_ARM_COUNT;
-    for (int a = 0; a < MEGAMOE_ARM_COUNT; ++a) {
-      const char* name = megamoe_arm_name((megamoe_arm)a);
-      if (strlen(name) == len && !strncmp(p, name, len)) arm = (megamoe_arm)a;
-    }
-    if (arm == MEGAMOE_ARM_COUNT) {
-      fprintf(stderr, "bench: --arms '%s': unknown arm '%.*s' (staged, split, fused)\n", v, (int)len, p);
-      return -1;
-    }
-    for (int a = 0; a < o->num_arms; ++a)
-      if (o->arms[a] == arm) {
-        fprintf(stderr, "bench: --arms '%s': arm '%s' given twice\n", v, megamoe_arm_name(arm));
-        return -1;
-      }
-    o->arms[o->num_arms++] = arm; /* at most MEGAMOE_ARM_COUNT: each arm once */
-    if (!comma) break;
-    p = comma + 1;
-  }
-  return 0;
-}
-
 int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o) {
   memset(o, 0, sizeof *o);
   set_model(o, "flash-rank");
@@ -87,8 +60,7 @@ int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o) {
       bad = mm_cli_int("bench", a, mm_cli_value("bench", argc, argv, &i), 1, MM_BENCH_MAX_ROUNDS, &o->rounds) != 0;
       o->given |= MM_BENCH_OPT_ROUNDS;
     } else if (!strcmp(a, "--arms")) {
-      const char* v = mm_cli_value("bench", argc, argv, &i);
-      bad = !v || set_arms(o, v) != 0;
+      bad = mm_cli_arm_list("bench", a, mm_cli_value("bench", argc, argv, &i), o->arms, &o->num_arms) != 0;
       o->given |= MM_BENCH_OPT_ARMS;
     } else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) {
       const char* v = mm_cli_value("bench", argc, argv, &i);

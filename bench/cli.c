@@ -63,23 +63,69 @@ int mm_cli_int(const char* cmd, const char* opt, const char* text, int lo, int h
   return 0;
 }
 
+/* The item of a comma-separated list that starts at p: its length in *len;
+ * returns where the next item starts, or NULL after the last. */
+static const char* list_item(const char* p, size_t* len) {
+  const char* comma = strchr(p, ',');
+  *len = comma ? (size_t)(comma - p) : strlen(p);
+  return comma ? comma + 1 : NULL;
+}
+
 int mm_cli_int64_list(const char* cmd, const char* opt, const char* text, int64_t lo, int64_t hi, int64_t* out,
                       int max, int* count) {
   if (!text) return -1;
   int n = 0;
-  const char* p = text;
-  for (;;) {
-    const char* comma = strchr(p, ',');
-    const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+  for (const char* p = text; p;) {
+    size_t len;
+    const char* next = list_item(p, &len);
     if (n == max) {
       fprintf(stderr, "%s: %s '%s': at most %d values\n", cmd, opt, text, max);
       return -1;
     }
     if (parse_range(cmd, opt, text, p, len, lo, hi, &out[n]) != 0) return -1;
     ++n;
-    if (!comma) break;
-    p = comma + 1;
+    p = next;
   }
   *count = n;
   return 0;
+}
+
+int mm_cli_arm_list(const char* cmd, const char* opt, const char* text, megamoe_arm* arms, int* count) {
+  if (!text) return -1;
+  int n = 0;
+  for (const char* p = text; p;) {
+    size_t len;
+    const char* next = list_item(p, &len);
+    megamoe_arm arm = MEGAMOE_ARM_COUNT;
+    for (int a = 0; a < MEGAMOE_ARM_COUNT; ++a) {
+      const char* name = megamoe_arm_name((megamoe_arm)a);
+      if (strlen(name) == len && !strncmp(p, name, len)) arm = (megamoe_arm)a;
+    }
+    if (arm == MEGAMOE_ARM_COUNT) {
+      fprintf(stderr, "%s: %s '%s': unknown arm '%.*s' (staged, split, fused)\n", cmd, opt, text, (int)len, p);
+      return -1;
+    }
+    for (int a = 0; a < n; ++a)
+      if (arms[a] == arm) {
+        fprintf(stderr, "%s: %s '%s': arm '%s' given twice\n", cmd, opt, text, megamoe_arm_name(arm));
+        return -1;
+      }
+    arms[n++] = arm; /* at most MEGAMOE_ARM_COUNT: each arm once */
+    p = next;
+  }
+  *count = n;
+  return 0;
+}
+
+int mm_cli_pick_ranks(const char* cmd, int* ranks, int gpus) {
+  if (gpus < 1) {
+    fprintf(stderr, "%s: no GPU visible\n", cmd);
+    return MM_EXIT_NO_GPU;
+  }
+  if (*ranks == 0) *ranks = gpus;
+  if (*ranks > gpus) {
+    fprintf(stderr, "%s: --ranks %d but %d GPU(s) visible\n", cmd, *ranks, gpus);
+    return MM_EXIT_USAGE;
+  }
+  return MM_EXIT_OK;
 }

@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "megamoe.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -40,6 +42,15 @@ int mm_cli_int(const char* cmd, const char* opt, const char* text, int lo, int h
 /* A comma-separated list of 1..max integers, each in [lo, hi]; no empty items. */
 int mm_cli_int64_list(const char* cmd, const char* opt, const char* text, int64_t lo, int64_t hi, int64_t* out,
                       int max, int* count);
+
+/* A comma-separated list of arm names (staged, split, fused), each at most
+ * once, into arms[0 .. *count) (room for MEGAMOE_ARM_COUNT). */
+int mm_cli_arm_list(const char* cmd, const char* opt, const char* text, megamoe_arm* arms, int* count);
+
+/* --ranks against the visible GPUs: 0 becomes every GPU. MM_EXIT_OK, or the
+ * exit code after a line on stderr (MM_EXIT_NO_GPU: none visible;
+ * MM_EXIT_USAGE: more ranks than GPUs). */
+int mm_cli_pick_ranks(const char* cmd, int* ranks, int gpus);
 
 #ifdef __cplusplus
 }

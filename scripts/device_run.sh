@@ -11,6 +11,10 @@
 #   gemm:ARGS    megamoe bench-gemm with ARGS
 #   env:V=X      export V=X for the following steps
 #   ncu:TILE[:N,K[:M]]  ncu --set full of one bench-gemm launch of TILE (report in $OUT/ncu_TILE.txt)
+#   sanitize[:TOOLS[:TARGETS]]  scripts/sanitize.sh (its own timeout per run, SANITIZE_TIMEOUT):
+#                the summary in $OUT/sanitize.txt, every log in $OUT/sanitize_logs.tgz
+#   soak         megamoe soak (defaults: 1000 calls per arm on all visible GPUs)
+#   soak:ARGS    megamoe soak with ARGS ('+' for spaces)
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-/tmp/megamoe-out}
@@ -36,6 +40,13 @@ for step in "$@"; do
     bench) (set -o pipefail; timeout $T ./build/megamoe bench 2>&1 | tee "$OUT/bench.log" | tail -30) || rc=1 ;;
     bench:*) (set -o pipefail; timeout $T ./build/megamoe bench $(echo "${step#bench:}" | tr "+" " ") 2>&1 | tee -a "$OUT/bench.log" | tail -30) || rc=1 ;;
     env:*) export "${step#env:}" ;;
+    sanitize | sanitize:*) # bounded per run inside the script, not by the step timeout
+      IFS=: read -r _ tools targets <<< "$step"
+      scripts/sanitize.sh --build build --tools "${tools:-}" --targets "${targets:-}" > "$OUT/sanitize.txt" 2>&1 || rc=1
+      tail -n 30 "$OUT/sanitize.txt"
+      tar czf "$OUT/sanitize_logs.tgz" -C build sanitize 2> /dev/null ;;
+    soak) (set -o pipefail; timeout $T ./build/megamoe soak 2>&1 | tee "$OUT/soak.log" | tail -30) || rc=1 ;;
+    soak:*) (set -o pipefail; timeout $T ./build/megamoe soak $(echo "${step#soak:}" | tr "+" " ") 2>&1 | tee -a "$OUT/soak.log" | tail -30) || rc=1 ;;
     ncu:*) # ncu:TILE[:N,K[:M]]: one profiled launch of that tile in bench-gemm (full set, text report)
       IFS=: read -r _ tile nk m <<< "$step"
       timeout $T ncu --clock-control none --set full -k regex:mm_gemm_kernel --launch-skip 3 --launch-count 1 \

@@ -2,9 +2,10 @@
 # Runs the tests and prints one closing line over all of them:
 # N passed, N failed, N skipped.
 #   tests/run_tests.sh [BUILD] [all|gpu]
-#   all (make test): the CPU tests, the GPU tests (which skip, saying so,
-#        without a GPU) and the Python package's tests (python/tests: CPU ones,
-#        and GPU ones that skip without torch or a GPU);
+#   all (make test): the CPU tests (scripts/sanitize.sh's included, on a fake
+#        compute-sanitizer), the GPU tests (which skip, saying so, without a
+#        GPU) and the Python package's tests (python/tests: CPU ones, and GPU
+#        ones that skip without torch or a GPU);
 #   gpu (make gpu-test): the GPU tests and the Python package's GPU tests.
 # The Python tests run with $PYTHON (default python3) against BUILD's shared
 # library; without numpy or pytest they count as one skipped test, or as one
@@ -41,6 +42,7 @@ python_tests() {
 
 if [ "$mode" = all ]; then
   run "$build/unit_tests" "$build/unit_tests"
+  run "sanitize script" bash "$root/tests/sanitize/test_sanitize_script.sh"
 fi
 run "$build/gpu_tests" "$build/gpu_tests"
 if ! command -v "$py" > /dev/null 2>&1; then

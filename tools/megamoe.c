@@ -5,6 +5,8 @@
  *   megamoe bench-gemm [options]  our grouped FP8 GEMM vs cuBLASLt block-scaled FP8
  *   megamoe info [options]        the buffer layout (regions, offsets, MiB) of a config
  *   megamoe ref [options]         the CPU reference on a small problem, timed
+ *   megamoe soak [options]        many drawn forwards per arm, checked bitwise and against
+ *                                 the reference; memory and descriptor drift (docs/RELIABILITY.md)
  *
  * Every command parses and checks all of its options before it does anything
  * else (-h/--help prints the usage and exits 0). Exit codes: MM_EXIT_* in
@@ -23,6 +25,7 @@
 #include "host/procs.h"
 #include "megamoe.h"
 #include "ref.h"
+#include "soak.h"
 
 static const char* const kUsageBench =
     "  bench       the layer's arms side by side on all visible GPUs, one process per GPU;\n"
@@ -60,12 +63,30 @@ static const char* const kUsageRef =
     "      --tokens T (256 per rank)  --hidden H (512)  --intermediate I (512)  --experts E (16)\n"
     "      --topk K (4)  --ranks R (4, simulated)\n";
 
+static const char* const kUsageSoak =
+    "  soak        reliability: --calls forwards on one layer per arm on all visible GPUs, one process\n"
+    "              per GPU; every call draws T per rank (0 and T_max included), the token bound, the\n"
+    "              routing skew (uniform, Zipf, all on one expert), masked slots and the index type from\n"
+    "              a seed every rank shares; the split arm is checked bitwise against the staged arm on\n"
+    "              every call, every arm against the CPU reference every --ref-every calls; then device\n"
+    "              memory and open file descriptors before and after, and over --cycles create/destroy\n"
+    "              cycles. Exit 1 on any error, mismatch or drift\n"
+    "      --calls N              forwards per arm (1000)\n"
+    "      --ranks R              ranks, 1..8 (all visible GPUs)\n"
+    "      --hidden H (1024)  --intermediate I (512)  --experts E (16, in total)  --topk K (4)\n"
+    "      --max-tokens T (512)  --group 64|128 (128)\n"
+    "      --ref-every N          the CPU reference every N calls, 0 never (50)\n"
+    "      --cycles N             create/prepare/forward/destroy cycles after the soak (100)\n"
+    "      --seed S               the shared seed of every draw (1)\n"
+    "      --arms A1,A2           staged and the arms compared with it (staged,split)\n";
+
 static void usage(FILE* f, const char* only) {
   fprintf(f, "usage: megamoe <command> [options]   (megamoe <command> --help: that command only)\n");
   if (!only || !strcmp(only, "bench")) fputs(kUsageBench, f);
   if (!only || !strcmp(only, "bench-gemm")) fputs(kUsageGemm, f);
   if (!only || !strcmp(only, "info")) fputs(kUsageInfo, f);
   if (!only || !strcmp(only, "ref")) fputs(kUsageRef, f);
+  if (!only || !strcmp(only, "soak")) fputs(kUsageSoak, f);
   fprintf(f, "exit codes: 0 success, 1 the run failed, 2 bad command line, 4 a GPU is needed and none is visible\n");
 }
 
@@ -220,8 +241,8 @@ static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int R, mm_benc
     fprintf(stderr, "ref: out of host memory for the weights (%.1f MiB)\n", (n_w1 + n_w2) / 1048576.0);
     goto done;
   }
-  for (int64_t i = 0; i < n_w1; ++i) w1[i] = ref_e4m3_encode((float)(mm_bench_rng_normal(&g) * 64));
-  for (int64_t i = 0; i < n_w2; ++i) w2[i] = ref_e4m3_encode((float)(mm_bench_rng_normal(&g) * 64));
+  mm_bench_host_fp8(&g, w1, n_w1, 64);
+  mm_bench_host_fp8(&g, w2, n_w2, 64);
   for (int64_t i = 0; i < n_w1_sf; ++i) w1_sf[i] = (float)(1.0 / 64 / sqrt((double)H));
   for (int64_t i = 0; i < n_w2_sf; ++i) w2_sf[i] = (float)(1.0 / 64 / sqrt((double)I));
   for (int r = 0; r < R; ++r) {
@@ -237,11 +258,7 @@ static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int R, mm_benc
       fprintf(stderr, "ref: out of host memory for the inputs of rank %d\n", r);
       goto done;
     }
-    float row[128];
-    for (int64_t i = 0; i < T * (H / 128); ++i) {
-      for (int j = 0; j < 128; ++j) row[j] = (float)mm_bench_rng_normal(&g);
-      ref_quantize_group(row, 128, x + i * 128, &x_sf[i]);
-    }
+    mm_bench_host_tokens(&g, x, x_sf, T, H);
     for (int64_t t = 0; t < T; ++t)
       for (int k = 0; k < K; ++k) {
         idx[t * K + k] = (int)((t * K + k + r) % E); /* distinct within a token since K <= E */
@@ -353,14 +370,14 @@ static int bench_without_gpu(const mm_bench_layer_opts* o) {
   return MM_EXIT_OK;
 }
 
-/* The benchmark's ranks talk through NCCL, which must leave NVLink multicast
+/* The benchmark's and the soak's ranks talk through NCCL, which must leave NVLink multicast
  * off (megamoe_comm_create requires NCCL_NVLS_ENABLE=0): set it in this
  * process when unset, before any rank is forked; refuse another value. */
-static int nccl_nvls_off(void) {
+static int nccl_nvls_off(const char* cmd) {
   const char* v = getenv("NCCL_NVLS_ENABLE");
   if (!v) {
     if (setenv("NCCL_NVLS_ENABLE", "0", 0) != 0) {
-      perror("bench: setenv NCCL_NVLS_ENABLE");
+      fprintf(stderr, "%s: setenv NCCL_NVLS_ENABLE failed\n", cmd);
       return -1;
     }
     return 0;
@@ -368,7 +385,7 @@ static int nccl_nvls_off(void) {
   char* end = NULL;
   const long x = strtol(v, &end, 10);
   if (end == v || *end != '\0' || x != 0) {
-    fprintf(stderr, "bench: NCCL_NVLS_ENABLE=%s: megamoe never uses NVLink multicast; unset it or set it to 0\n", v);
+    fprintf(stderr, "%s: NCCL_NVLS_ENABLE=%s: megamoe never uses NVLink multicast; unset it or set it to 0\n", cmd, v);
     return -1;
   }
   return 0;
@@ -384,7 +401,7 @@ static int cmd_bench(int argc, char** argv) {
   if (p != MM_PARSE_OK) return MM_EXIT_USAGE;
   const int gpus = mm_count_gpus(); /* in a throwaway child: this process stays free of CUDA */
   if (gpus == 0) return bench_without_gpu(&o);
-  if (nccl_nvls_off() != 0) return MM_EXIT_USAGE;
+  if (nccl_nvls_off("bench") != 0) return MM_EXIT_USAGE;
   return mm_bench_layer_run(&o, gpus);
 }
 
@@ -403,6 +420,23 @@ static int cmd_bench_gemm(int argc, char** argv) {
   return mm_bench_gemm_run(&o);
 }
 
+static int cmd_soak(int argc, char** argv) {
+  soak_opts o;
+  const int p = soak_parse(argc, argv, &o);
+  if (p == MM_PARSE_HELP) {
+    usage(stdout, "soak");
+    return MM_EXIT_OK;
+  }
+  if (p != MM_PARSE_OK) return MM_EXIT_USAGE;
+  const int gpus = mm_count_gpus(); /* in a throwaway child: this process stays free of CUDA */
+  if (gpus == 0) {
+    fprintf(stderr, "soak: no GPU visible: the soak runs the layer on Hopper GPUs\n");
+    return MM_EXIT_NO_GPU;
+  }
+  if (nccl_nvls_off("soak") != 0) return MM_EXIT_USAGE;
+  return soak_run(&o, gpus);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     usage(stderr, NULL);
@@ -417,6 +451,7 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "ref")) return cmd_ref(argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
   if (!strcmp(cmd, "bench-gemm")) return cmd_bench_gemm(argc - 2, argv + 2);
-  fprintf(stderr, "megamoe: unknown command '%s' (bench, bench-gemm, info, ref; megamoe --help)\n", cmd);
+  if (!strcmp(cmd, "soak")) return cmd_soak(argc - 2, argv + 2);
+  fprintf(stderr, "megamoe: unknown command '%s' (bench, bench-gemm, info, ref, soak; megamoe --help)\n", cmd);
   return MM_EXIT_USAGE;
 }

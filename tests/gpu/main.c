@@ -6,9 +6,19 @@
  * did not report, not the whole run. Without a GPU every test is skipped and
  * the runner says so.
  *
- * Usage: gpu_tests [name-filter]. MEGAMOE_TEST_SEED fixes the seed;
+ * Usage: gpu_tests [name-filter]: the tests whose name contains the filter,
+ * or one of its '|'-separated parts ("smoke|sanitize small"). Suites with no
+ * matching test start no process. gpu_tests --list prints every test name,
+ * one per line, and runs nothing. MEGAMOE_TEST_SEED fixes the seed;
  * MEGAMOE_TEST_RANKS (e.g. "1,2") picks the rank counts of the layer tests
- * (default: 1, 2 and all visible GPUs). */
+ * (default: 1, 2 and all visible GPUs). MEGAMOE_TEST_ARM (staged, split) and
+ * MEGAMOE_GEMM (simple, wgmma) set by the caller keep only the layer
+ * variants of that arm and engine (unset: every variant).
+ *
+ * MEGAMOE_SANITIZE_CONTROL=1 (scripts/sanitize.sh) runs only the sanitizer
+ * controls (test_sanitize.cu), on every rank of each rank count: each plants
+ * one bug that one compute-sanitizer tool must report, proving the tool sees
+ * the rank processes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +41,21 @@ typedef struct suite_run {
   int report_fd;
 } suite_run;
 
-static int matches(const suite_run* s, const char* name) {
-  return !s->filter || strstr(name, s->filter) != NULL;
+/* 1 when name contains filter or one of its '|'-separated parts (NULL or
+ * empty: all). */
+static int name_matches(const char* filter, const char* name) {
+  if (!filter || !*filter) return 1;
+  for (const char* part = filter;;) {
+    const char* bar = strchr(part, '|');
+    const size_t len = bar ? (size_t)(bar - part) : strlen(part);
+    for (const char* at = name; len > 0 && *at; ++at)
+      if (strncmp(at, part, len) == 0) return 1;
+    if (!bar) return 0;
+    part = bar + 1;
+  }
 }
+
+static int matches(const suite_run* s, const char* name) { return name_matches(s->filter, name); }
 
 static void report(const suite_run* s, mm_test_result r, const char* name) {
   char line[512];
@@ -88,7 +110,20 @@ static int ranked_main(int rank, int num_ranks, const ncclUniqueId* id, void* vc
 
 /* Runs one suite on num_ranks processes and counts what rank 0 reported;
  * tests it never reported (a crash, a hang) count as failed. */
+/* How many of the suite's tests the filter keeps. */
+static int suite_matches(const suite_run* s) {
+  int n = 0;
+  if (s->single)
+    for (const mm_test* t = s->single; t->name; ++t) n += matches(s, t->name);
+  else
+    for (const mm_rank_test* t = s->ranked; t->name; ++t) n += matches(s, t->name);
+  return n;
+}
+
 static void run_suite(suite_run* s, int num_ranks, mm_test_counts* counts) {
+  /* A single-GPU suite on several ranks (the controls): every rank reports. */
+  const int expected = suite_matches(s) * (s->single ? num_ranks : 1);
+  if (expected == 0) return; /* no process for a suite the filter leaves empty */
   int fds[2];
   if (pipe(fds) != 0) {
     perror("pipe");
@@ -112,12 +147,6 @@ static void run_suite(suite_run* s, int num_ranks, mm_test_counts* counts) {
     else if (code == MM_TEST_SKIP) counts->skipped++;
     else counts->failed++;
   }
-  int expected = 0;
-  if (s->single) {
-    for (const mm_test* t = s->single; t->name; ++t) expected += matches(s, t->name);
-  } else {
-    for (const mm_rank_test* t = s->ranked; t->name; ++t) expected += matches(s, t->name);
-  }
   if (reported < expected) {
     printf("[FAIL] %s: %d test(s) not reported (launcher rc %d: a rank crashed or hung)\n", s->label,
            expected - reported, rc);
@@ -128,17 +157,66 @@ static void run_suite(suite_run* s, int num_ranks, mm_test_counts* counts) {
   }
 }
 
+/* Runs s on num_ranks ranks, or counts its tests as skipped when that many
+ * GPUs are not visible. */
+static void run_or_skip(suite_run* s, int num_ranks, int gpus, mm_test_counts* counts) {
+  if (num_ranks >= 1 && num_ranks <= gpus) {
+    run_suite(s, num_ranks, counts);
+    return;
+  }
+  const int skipped = suite_matches(s);
+  if (skipped) printf("[SKIP] %s: needs %d GPUs, %d visible\n", s->label, num_ranks, gpus);
+  counts->skipped += skipped;
+}
+
 static int count_all(const char* filter) {
   int n = 0;
-  for (const mm_test* t = mm_gemm_gpu_tests; t->name; ++t) n += !filter || strstr(t->name, filter);
-  for (const mm_test* t = mm_comm_gpu_tests; t->name; ++t) n += !filter || strstr(t->name, filter);
+  if (getenv("MEGAMOE_SANITIZE_CONTROL")) {
+    for (const mm_test* t = mm_sanitize_controls; t->name; ++t) n += name_matches(filter, t->name);
+    return n;
+  }
+  for (const mm_test* t = mm_gemm_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
+  for (const mm_test* t = mm_comm_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
   /* Layer tests in 3 variants, error tests in 2, at up to 3 rank counts (as main runs them). */
-  for (const mm_rank_test* t = mm_layer_tests; t->name; ++t) n += 3 * 2 * (!filter || strstr(t->name, filter));
-  for (const mm_rank_test* t = mm_error_tests; t->name; ++t) n += 2 * 2 * (!filter || strstr(t->name, filter));
+  for (const mm_rank_test* t = mm_layer_tests; t->name; ++t) n += 3 * 2 * name_matches(filter, t->name);
+  for (const mm_rank_test* t = mm_error_tests; t->name; ++t) n += 2 * 2 * name_matches(filter, t->name);
   return n;
 }
 
+/* The caller's MEGAMOE_TEST_ARM / MEGAMOE_GEMM, read before the runner sets
+ * them per variant: empty when unset. */
+typedef struct variant_choice {
+  char arm[16], engine[16];
+} variant_choice;
+
+static variant_choice variant_choice_from_env(void) {
+  variant_choice c;
+  const char* arm = getenv("MEGAMOE_TEST_ARM");
+  const char* engine = getenv("MEGAMOE_GEMM");
+  snprintf(c.arm, sizeof c.arm, "%s", arm ? arm : "");
+  /* The layer reads anything but "simple" as the wgmma engine (src/host/layer.c). */
+  snprintf(c.engine, sizeof c.engine, "%s", !engine ? "" : strcmp(engine, "simple") == 0 ? "simple" : "wgmma");
+  return c;
+}
+
+static int variant_chosen(const variant_choice* c, const char* engine, const char* arm) {
+  return (!c->arm[0] || strcmp(c->arm, arm) == 0) && (!c->engine[0] || strcmp(c->engine, engine) == 0);
+}
+
+static void list_tests(void) {
+  const mm_test* const singles[] = {mm_gemm_gpu_tests, mm_comm_gpu_tests, mm_sanitize_controls};
+  const mm_rank_test* const ranked[] = {mm_layer_tests, mm_error_tests};
+  for (size_t i = 0; i < sizeof singles / sizeof singles[0]; ++i)
+    for (const mm_test* t = singles[i]; t->name; ++t) printf("%s\n", t->name);
+  for (size_t i = 0; i < sizeof ranked / sizeof ranked[0]; ++i)
+    for (const mm_rank_test* t = ranked[i]; t->name; ++t) printf("%s\n", t->name);
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+    list_tests();
+    return 0;
+  }
   const char* filter = argc > 1 ? argv[1] : NULL;
   const char* seed_env = getenv("MEGAMOE_TEST_SEED");
   uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
@@ -153,11 +231,6 @@ int main(int argc, char** argv) {
   printf("GPU tests on %d visible GPU(s), seed %llu (MEGAMOE_TEST_SEED=%llu reproduces)\n", gpus,
          (unsigned long long)seed, (unsigned long long)seed);
 
-  suite_run gemm = {"gemm", mm_gemm_gpu_tests, NULL, filter, seed, -1};
-  run_suite(&gemm, 1, &counts);
-  suite_run comm = {"comm", mm_comm_gpu_tests, NULL, filter, seed, -1};
-  run_suite(&comm, 1, &counts);
-
   int rank_counts[4] = {1, 2, gpus, 0}, nrc = 0;
   const char* ranks_env = getenv("MEGAMOE_TEST_RANKS");
   if (ranks_env) {
@@ -167,6 +240,26 @@ int main(int argc, char** argv) {
   } else {
     nrc = gpus > 2 ? 3 : 2;
   }
+
+  if (getenv("MEGAMOE_SANITIZE_CONTROL")) {
+    /* Every rank of each rank count runs the controls (no communicator: a
+     * control may leave its CUDA context broken, and no peer must wait on it). */
+    for (int i = 0; i < nrc; ++i) {
+      const int r = rank_counts[i];
+      char label[64];
+      snprintf(label, sizeof label, "EP%d control", r);
+      suite_run s = {label, mm_sanitize_controls, NULL, filter, seed, -1};
+      run_or_skip(&s, r, gpus, &counts);
+    }
+    mm_test_print_summary(&counts);
+    return counts.failed ? 1 : 0;
+  }
+
+  suite_run gemm = {"gemm", mm_gemm_gpu_tests, NULL, filter, seed, -1};
+  run_suite(&gemm, 1, &counts);
+  suite_run comm = {"comm", mm_comm_gpu_tests, NULL, filter, seed, -1};
+  run_suite(&comm, 1, &counts);
+
   /* Every layer variant: the staged arm on both GEMM engines (the simple one
    * is the oracle), the split arm (on the wgmma engine it is built on). The
    * error protocol on each arm, once per rank count. */
@@ -176,7 +269,9 @@ int main(int argc, char** argv) {
     const char* label;
     int errors; /* also run the error-protocol suite */
   } variants[] = {{"simple", "staged", "simple", 0}, {"wgmma", "staged", "wgmma", 1}, {"wgmma", "split", "split", 1}};
+  const variant_choice choice = variant_choice_from_env();
   for (size_t v = 0; v < sizeof variants / sizeof variants[0]; ++v) {
+    if (!variant_chosen(&choice, variants[v].engine, variants[v].arm)) continue;
     setenv("MEGAMOE_GEMM", variants[v].engine, 1);
     setenv("MEGAMOE_TEST_ARM", variants[v].arm, 1);
     for (int pass = 0; pass < 2; ++pass) {
@@ -187,12 +282,7 @@ int main(int argc, char** argv) {
         char label[64];
         snprintf(label, sizeof label, "EP%d %s", r, variants[v].label);
         suite_run s = {label, NULL, suite, filter, seed + (uint64_t)r + (pass ? 7919u * (uint64_t)r : 0u), -1};
-        if (r < 1 || r > gpus) {
-          printf("[SKIP] %s: needs %d GPUs, %d visible\n", label, r, gpus);
-          for (const mm_rank_test* t = suite; t->name; ++t) counts.skipped += matches(&s, t->name);
-          continue;
-        }
-        run_suite(&s, r, &counts);
+        run_or_skip(&s, r, gpus, &counts);
       }
     }
   }

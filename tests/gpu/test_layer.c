@@ -459,6 +459,43 @@ static mm_test_result t_arms_bitwise(const mm_rank_ctx* ctx) {
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
+/* Small problems for compute-sanitizer (scripts/sanitize.sh filters on
+ * "sanitize small"): H 256, I 256, 8 experts, top-2, T 64, two forwards on one
+ * layer (the second reuses the barrier banks and sequence numbers; its output
+ * must be bitwise the first's). The tools slow the ranks unevenly, so the
+ * deadline is 120 s. Cheap enough to run in every gpu-test too. */
+static lc_case lt_sanitize_case(const mm_rank_ctx* ctx, uint64_t salt) {
+  lc_case c = lt_make(ctx, 256, 256, 8, 2, 64, salt);
+  c.cfg.timeout_s = 120.0;
+  return c;
+}
+
+static mm_test_result t_sanitize_uniform(const mm_rank_ctx* ctx) {
+  lc_case c = lt_sanitize_case(ctx, 30);
+  return lt_run(ctx, &c, 2);
+}
+
+/* Masked slots, a rank with T = 0 (at EP1 the only rank keeps its tokens),
+ * int64 top-k, group 64. */
+static mm_test_result t_sanitize_masked(const mm_rank_ctx* ctx) {
+  lc_case c = lt_sanitize_case(ctx, 31);
+  c.mask_ratio = 0.25;
+  c.idx64 = 1;
+  c.cfg.quant_group = 64;
+  if (ctx->num_ranks > 1) c.tokens[ctx->num_ranks - 1] = 0;
+  return lt_run(ctx, &c, 2);
+}
+
+/* Every token's slot 0 on the last expert (its rank takes every row), the
+ * others masked, with the SwiGLU clamp. */
+static mm_test_result t_sanitize_one_expert(const mm_rank_ctx* ctx) {
+  lc_case c = lt_sanitize_case(ctx, 32);
+  c.one_expert = c.cfg.num_experts - 1;
+  c.cfg.has_swiglu_clamp = 1;
+  c.cfg.swiglu_clamp = 1.0f;
+  return lt_run(ctx, &c, 2);
+}
+
 /* A forward captured once in a CUDA graph and replayed on three different
  * inputs (copied into the captured buffers): every replay is right. Serving
  * engines replay graphs; the sequence numbers live on the device for this. */
@@ -677,6 +714,9 @@ const mm_rank_test mm_layer_tests[] = {
     {"edge: T = 1, 127, 4097 next to T = 0", t_odd_token_counts, 1},
     {"arms: bitwise equal to staged", t_arms_bitwise, 1},
     {"graph: one capture replayed on 3 inputs", t_graph_replay, 1},
+    {"sanitize small: uniform routing, 2 forwards", t_sanitize_uniform, 1},
+    {"sanitize small: 25% masked, T = 0 on the last rank, int64 top-k, group 64", t_sanitize_masked, 1},
+    {"sanitize small: every token on one expert, clamp", t_sanitize_one_expert, 1},
     {"errors: bad top-k index on the device", t_bad_topk_index, 1},
     {"errors: host-side argument checks", t_bad_arguments, 1},
     {"errors: a silent peer times out", t_peer_timeout, 2},

@@ -468,6 +468,28 @@ static mm_test_result bench_rows_rejected_body(const char* dir) {
 
 static mm_test_result test_bench_rows_rejected_at_parse(void) { return in_temp_dir(bench_rows_rejected_body); }
 
+/* soak: --help and bad options answer without a GPU; a good command line
+ * then needs a GPU (exit 4), and says so. */
+static mm_test_result test_soak_without_gpu(void) {
+  tool_run* r = &g_res;
+  RUN(r, "soak", "--help");
+  CHECK_EQ_INT(r->status, MM_EXIT_OK);
+  CHECK_HAS(r->out, "--ref-every");
+  CHECK_HAS(r->out, "--cycles");
+  RUN(r, "--help");
+  CHECK_HAS(r->out, "  soak ");
+  RUN(r, "soak", "--calls", "0");
+  CHECK_USAGE_ERROR(r, "--calls 0");
+  RUN(r, "soak", "--arms", "split");
+  CHECK_USAGE_ERROR(r, "the staged arm must be one of them");
+  RUN(r, "soak", "--hidden", "200");
+  CHECK_USAGE_ERROR(r, "hidden");
+  RUN(r, "soak", "--calls", "5");
+  CHECK_EQ_INT(r->status, MM_EXIT_NO_GPU);
+  CHECK_HAS(r->err, "no GPU visible");
+  return MM_TEST_PASS;
+}
+
 const mm_test unit_suite_cli[] = {
     {"cli_help_and_unknown_command", test_help},
     {"cli_bench_help_and_unknown_option_without_gpu", test_bench_help_and_unknown_option_without_gpu},
@@ -479,4 +501,5 @@ const mm_test unit_suite_cli[] = {
     {"cli_bench_gemm_without_gpu", test_bench_gemm_without_gpu},
     {"cli_bench_rows_without_gpu", test_bench_rows_without_gpu},
     {"cli_bench_rows_rejected_at_parse", test_bench_rows_rejected_at_parse},
+    {"cli_soak_without_gpu", test_soak_without_gpu},
     {NULL, NULL}};
