@@ -110,6 +110,13 @@ static void judge_step(const ft_case* c, int rank, const ft_rank_result* x, doub
   snprintf(victim, sizeof victim, "rank %d", c->victim);
   if (timeout_like(x->error) && rank != c->victim && !strstr(x->message, victim))
     fail(why, "rank %d: the message does not name the %s: %s", rank, victim, x->message);
+  /* The configured deadline is the one in effect (the message states it). */
+  char deadline[2][48];
+  snprintf(deadline[0], sizeof deadline[0], "timeout_s %.1f", c->timeout_s);
+  snprintf(deadline[1], sizeof deadline[1], "the deadline is %.1f s", c->timeout_s);
+  if (x->error == MEGAMOE_ERR_TIMEOUT && !strstr(x->message, deadline[0]) && !strstr(x->message, deadline[1]))
+    fail(why, "rank %d: the timeout message does not state the configured deadline (\"%s\"): %s", rank, deadline[0],
+         x->message);
   if (x->error == MEGAMOE_ERR_TIMEOUT && !(x->later_forward == MEGAMOE_ERR_LAYER_FAILED &&
                                             x->later_sync == MEGAMOE_ERR_LAYER_FAILED))
     fail(why, "rank %d: after the timeout a forward gave %s and its sync %s, want MEGAMOE_ERR_LAYER_FAILED both", rank,
