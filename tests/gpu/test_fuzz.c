@@ -33,7 +33,9 @@
  * planted bug on the CPU (tests/unit/test_fuzz_checks.c, test_ref_layer.c).
  * On the GPU, MEGAMOE_FUZZ_PLANT=guard|row|nan|status plants one bug into
  * what rank 0 judges (a guard byte, a clean row's bit, a finite element in
- * a NaN row, the expected status): every fuzz test must then FAIL.
+ * a NaN row, the expected status): every fuzz test must then FAIL (with
+ * "status" the two random-forward tests: the weight-scale tests carry no
+ * argument errors).
  *
  * Collective calls are made by every rank whatever it found (EXPECT records,
  * never returns early), so a failed check never leaves a peer waiting. */
