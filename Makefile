@@ -90,14 +90,18 @@ SO_FILE    := libmegamoe.so.$(MM_MAJOR).$(MM_MINOR)
 SO         := $(BUILD)/$(SO_FILE)
 SO_MAP     := $(BUILD)/megamoe.map
 
-UNIT_SRC   := $(shell find tests/unit -name '*.c' | sort)
+# The unit tests also run the pure-host parts of the GPU fuzz and of the
+# fault tests (their checks, on planted bugs).
+UNIT_SRC   := $(shell find tests/unit -name '*.c' | sort) tests/gpu/fuzz_check.c tests/faults/fault_judge.c
 GPU_TEST_SRC := $(shell find tests/gpu -name '*.c' -o -name '*.cu' | sort)
+FAULT_SRC  := $(shell find tests/faults -name '*.c' | sort)
 BENCH_SRC  := $(shell find bench -name '*.c' -o -name '*.cu' | sort)
 TOOL_SRC   := tools/megamoe.c
 EXAMPLE_SRC := $(shell find examples -name '*.c' | sort)
 
 UNIT_BIN   := $(BUILD)/unit_tests
 GPU_BIN    := $(BUILD)/gpu_tests
+FAULT_BIN  := $(BUILD)/fault_tests
 TOOL_BIN   := $(BUILD)/megamoe
 EXAMPLE_BIN := $(EXAMPLE_SRC:%.c=$(BUILD)/%)
 
@@ -106,8 +110,8 @@ LIBDIR       ?= $(PREFIX)/lib
 INCLUDEDIR   ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-.PHONY: all test unit-test gpu-test sanitize soak install install-check fuzz-sanitized clean python python-install
-all: $(LIB) $(SO) $(UNIT_BIN) $(GPU_BIN) $(TOOL_BIN) $(EXAMPLE_BIN)
+.PHONY: all test unit-test gpu-test sanitize soak faults install install-check fuzz-sanitized clean python python-install
+all: $(LIB) $(SO) $(UNIT_BIN) $(GPU_BIN) $(FAULT_BIN) $(TOOL_BIN) $(EXAMPLE_BIN)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -141,6 +145,11 @@ GPU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(patsubst %.c,$(BUILD)/%.o,$(GPU_TEST_S
 $(GPU_BIN): $(GPU_OBJ) $(LIB)
 	$(CC) $(GPU_OBJ) $(LIB) $(LDLIBS) -o $@
 
+# The fault tests share the GPU tests' problem builder (layer_case.c).
+FAULT_OBJ := $(FAULT_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tests/gpu/layer_case.o
+$(FAULT_BIN): $(FAULT_OBJ) $(LIB)
+	$(CC) $(FAULT_OBJ) $(LIB) $(LDLIBS) -o $@
+
 BENCH_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(patsubst %.c,$(BUILD)/%.o,$(BENCH_SRC)))
 $(TOOL_BIN): $(BUILD)/tools/megamoe.o $(BENCH_OBJ) $(LIB)
 	$(CC) $(BUILD)/tools/megamoe.o $(BENCH_OBJ) $(LIB) $(LDLIBS) -o $@
@@ -157,15 +166,21 @@ PYTHON ?= python3
 export PYTHON
 
 # Every GPU test: the C suites, then the Python package's (python/tests/gpu:
-# torch + torch.distributed, EP1 and EP2; they skip without torch or GPUs).
-gpu-test: $(GPU_BIN) $(SO)
+# torch + torch.distributed, EP1 and EP2; they skip without torch or GPUs),
+# then the fault tests.
+gpu-test: $(GPU_BIN) $(FAULT_BIN) $(SO)
 	tests/run_tests.sh $(BUILD) gpu
+
+# Fault tests alone (tests/faults: killed, silent and misconfigured ranks at
+# EP2 with a 1 s deadline; they skip, saying so, with fewer than 2 GPUs).
+faults: $(FAULT_BIN)
+	NCCL_NVLS_ENABLE=0 $(FAULT_BIN)
 
 # CPU tests (they also run the tool), the GPU tests (they skip where no GPU
 # is visible), and the Python package's tests (python/tests; skipped, saying
 # so, where PYTHON lacks numpy or pytest, unless
 # MEGAMOE_REQUIRE_PYTHON_TESTS=1).
-test: $(UNIT_BIN) $(GPU_BIN) $(TOOL_BIN) $(SO)
+test: $(UNIT_BIN) $(GPU_BIN) $(FAULT_BIN) $(TOOL_BIN) $(SO)
 	tests/run_tests.sh $(BUILD)
 
 # ---- Reliability (docs/RELIABILITY.md; GPU machines) ----------------------------

@@ -93,7 +93,12 @@ typedef struct megamoe_config {
   int32_t has_swiglu_clamp;    /* 0: no clamp; 1: g = min(g, c), u = clamp(u, -c, c) */
   float swiglu_clamp;          /* c > 0 when has_swiglu_clamp */
   megamoe_arm arm;
-  double timeout_s;            /* deadline of every cross-rank wait; <= 0 means the default (60 s) */
+  /* Deadline of every cross-rank wait; <= 0 means the default (60 s). A
+   * peer that stops answering (its process died, it skipped a forward) is
+   * reported within about this long: MEGAMOE_ERR_TIMEOUT naming it. Any
+   * positive value is used as given; the fault tests (tests/faults) run at
+   * 1 s. Keep it well above the longest forward. */
+  double timeout_s;
   /* The most routed rows one rank's experts may receive in a forward, as a
    * multiple of the average T_max * K; it sizes the expert pool (the largest
    * part of the workspace). 0, the default, means num_ranks: the exact worst
@@ -162,7 +167,18 @@ typedef struct megamoe_layer megamoe_layer;
 /* Collective over comm: every rank calls it with the same config. Allocates
  * the symmetric buffer (ncclMemAlloc + symmetric window registration) and the
  * workspace on the current device and resolves the peer pointers. Fails with
- * MEGAMOE_ERR_NO_PEER_ACCESS when the ranks do not share one NVLink domain. */
+ * MEGAMOE_ERR_NO_PEER_ACCESS when the ranks do not share one NVLink domain.
+ *
+ * Before anything else the ranks compare their configs (one small NCCL
+ * allgather): when a field differs, every rank returns
+ * MEGAMOE_ERR_BAD_ARGUMENT naming the first field that differs and its
+ * values ("config differs across ranks: hidden = 512 on rank 0, 1024 on rank
+ * 1"), and no layer is made. Fields compare by what they mean: a timeout_s
+ * <= 0 is the default, a swiglu_clamp is ignored while the clamp is off. A
+ * rank whose config or layer_out is NULL returns MEGAMOE_ERR_NULL_POINTER
+ * and its peers MEGAMOE_ERR_PEER_FAILED naming it. Only a NULL comm returns
+ * at once (there is nobody to tell); a rank that never calls create leaves
+ * its peers waiting in NCCL, as any collective does. */
 megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
                               megamoe_layer** layer_out);
 
@@ -229,14 +245,35 @@ typedef enum megamoe_index_type {
   MEGAMOE_INDEX_INT64 = 1
 } megamoe_index_type;
 
-/* One forward. Device pointers:
- *   x        [T, H] fp8 e4m3
- *   x_sf     [T, H/128] fp32
- *   topk_idx [T, K] int32 or int64, global expert id, -1 = masked slot
- *   topk_w   [T, K] fp32
- *   y        [T, H] bf16 (written: every element, for every token)
+/* One forward. Device pointers, with their alignment:
+ *   x        [T, H] fp8 e4m3                               any
+ *   x_sf     [T, H/128] fp32                               4 bytes
+ *   topk_idx [T, K] int32 or int64, global expert id,      4 or 8 bytes
+ *            -1 = masked slot
+ *   topk_w   [T, K] fp32                                   4 bytes
+ *   y        [T, H] bf16 (written: every element of the    16 bytes
+ *            T rows, nothing else)
+ * With num_tokens 0 no token pointer is read and each may be NULL.
  * num_tokens_bound: 0, or a bound >= every rank's T, identical on all ranks
- * (lets the kernels size per-call schedules; ignored by the staged arm). */
+ * (lets the kernels size per-call schedules; ignored by the staged arm).
+ *
+ * Non-finite inputs (the contract's arithmetic, as the CPU reference does
+ * it; tests/gpu/test_fuzz.c holds the kernels to it): a token's row of y
+ * depends on its own inputs and the weights only, so a NaN or Inf in one
+ * token never changes another token's row, bitwise. A NaN in a token's x
+ * (the e4m3 NaN code), in its x_sf, or in the routing weight of one of its
+ * live slots makes every element of its row NaN, with or without the
+ * SwiGLU clamp (the clamp keeps a NaN). An Inf routing weight of a live
+ * slot does too (the slot's quantization scale becomes Inf and Inf / Inf is
+ * NaN), and so does an Inf x_sf without the clamp; with the clamp, an Inf
+ * activation is clamped like any large value. The weight of a masked slot
+ * is never read (it may be NaN), and a token whose slots are all masked gets
+ * +0.0 whatever its x and x_sf hold. A NaN or Inf in an expert's weight
+ * scales reaches only the tokens with a live slot on that expert: W1's makes
+ * their rows NaN (an Inf under the clamp is clamped), W2's makes the 128
+ * output columns of its block non-finite and leaves the others as they were.
+ * Bad indices are errors, not numbers: MEGAMOE_ERR_BAD_TOPK_INDEX (an int64
+ * index is never truncated to 32 bits). */
 typedef struct megamoe_forward_args {
   const void* x;
   const float* x_sf;

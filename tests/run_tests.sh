@@ -4,9 +4,11 @@
 #   tests/run_tests.sh [BUILD] [all|gpu]
 #   all (make test): the CPU tests (scripts/sanitize.sh's included, on a fake
 #        compute-sanitizer), the GPU tests (which skip, saying so, without a
-#        GPU) and the Python package's tests (python/tests: CPU ones, and GPU
-#        ones that skip without torch or a GPU);
-#   gpu (make gpu-test): the GPU tests and the Python package's GPU tests.
+#        GPU), the Python package's tests (python/tests: CPU ones, and GPU
+#        ones that skip without torch or a GPU) and the fault tests (killed
+#        and silent ranks; they skip, saying so, without 2 GPUs);
+#   gpu (make gpu-test): the GPU tests, the Python package's GPU tests and
+#        the fault tests.
 # The Python tests run with $PYTHON (default python3) against BUILD's shared
 # library; without numpy or pytest they count as one skipped test, or as one
 # failed test with MEGAMOE_REQUIRE_PYTHON_TESTS=1 (CI sets it).
@@ -53,6 +55,8 @@ elif [ "$mode" = all ]; then
 else
   run "python GPU tests" python_tests "$root/python/tests/gpu"
 fi
+# Last: they kill processes that hold GPUs.
+run "$build/fault_tests" "$build/fault_tests"
 echo
 echo "$total_p passed, $total_f failed, $total_s skipped"
 [ "$total_f" -eq 0 ] || rc=1

@@ -31,11 +31,15 @@ MM_DEVICE uint16_t mm_float_to_bf16(float x) {
   return *reinterpret_cast<uint16_t*>(&b);
 }
 
-/* silu(g) * u with the contract's clamp. */
+/* silu(g) * u with the contract's clamp. The clamp is written with
+ * comparisons, as the reference does: a NaN stays NaN (fminf / fmaxf would
+ * return the other operand and turn a NaN input into a finite clamp value,
+ * so a NaN token would end in a finite, wrong row). Bitwise the same as
+ * fminf / fmaxf for every non-NaN value. */
 MM_DEVICE float mm_swiglu(float g, float u, int has_clamp, float clamp) {
   if (has_clamp) {
-    g = fminf(g, clamp);
-    u = fminf(fmaxf(u, -clamp), clamp);
+    g = g > clamp ? clamp : g;
+    u = u > clamp ? clamp : (u < -clamp ? -clamp : u);
   }
   return g / (1.0f + expf(-g)) * u;
 }

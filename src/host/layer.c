@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "contract.h"
 #include "device/gemm/gemm.h"
 #include "device/comm/peers.h"
@@ -225,17 +226,56 @@ static megamoe_status finish_create(megamoe_layer* l, megamoe_layer** layer_out)
   return MEGAMOE_OK;
 }
 
+/* Every rank's config print (config.h) on every rank, through one NCCL
+ * allgather on the current device. */
+static megamoe_status gather_prints(ncclComm_t comm, int num_ranks, int rank, const mm_config_print* mine,
+                                    mm_config_print* all) {
+  mm_config_print* d_all = NULL;
+  const size_t bytes = sizeof(mm_config_print) * (size_t)num_ranks;
+  CUDA_TRY(cudaMalloc((void**)&d_all, bytes));
+  cudaError_t ce = cudaMemcpy(d_all + rank, mine, sizeof *mine, cudaMemcpyHostToDevice);
+  ncclResult_t nr = ncclSuccess;
+  if (ce == cudaSuccess)
+    nr = ncclAllGather(d_all + rank, d_all, sizeof *mine / sizeof(int64_t), ncclInt64, comm, 0);
+  if (ce == cudaSuccess && nr == ncclSuccess) ce = cudaMemcpy(all, d_all, bytes, cudaMemcpyDeviceToHost);
+  cudaFree(d_all);
+  if (nr != ncclSuccess) return mm_fail(MEGAMOE_ERR_NCCL, "ncclAllGather (config exchange): %s", ncclGetErrorString(nr));
+  if (ce != cudaSuccess) return mm_fail(MEGAMOE_ERR_CUDA, "config exchange: %s", cudaGetErrorString(ce));
+  return MEGAMOE_OK;
+}
+
+/* Before anything that depends on the config: every rank learns every
+ * other rank's config and whether its arguments passed. A rank with another
+ * config (or a NULL one) would otherwise return alone while its peers wait
+ * in the next collective forever, or register windows of another size.
+ * `local` is this rank's own argument status (its message is current). */
+static megamoe_status same_config_everywhere(const megamoe_config* config, megamoe_status local, ncclComm_t comm,
+                                             int num_ranks, int rank) {
+  char local_message[512];
+  snprintf(local_message, sizeof local_message, "%s", megamoe_last_error());
+  mm_config_print mine, all[MM_MAX_RANKS];
+  mm_config_print_make(config, local, &mine);
+  MM_TRY(gather_prints(comm, num_ranks, rank, &mine, all));
+  if (local != MEGAMOE_OK) return mm_fail(local, "%s", local_message);
+  return mm_config_prints_compare(all, num_ranks, rank);
+}
+
 megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
                               megamoe_layer** layer_out) {
   mm_clear_error();
-  MM_CHECK_NULL(config, "config");
-  MM_CHECK_NULL(comm, "comm");
-  MM_CHECK_NULL(layer_out, "layer_out");
-  *layer_out = NULL;
+  MM_CHECK_NULL(comm, "comm"); /* without it this rank cannot tell its peers anything */
+  if (layer_out) *layer_out = NULL;
   int num_ranks = 0, rank = 0;
   NCCL_TRY(ncclCommCount(comm, &num_ranks));
   NCCL_TRY(ncclCommUserRank(comm, &rank));
-  /* Config errors are the same on every rank (same config): return at once. */
+  if (num_ranks < 1 || num_ranks > MEGAMOE_MAX_RANKS) /* the same on every rank: nobody waits */
+    return mm_fail(MEGAMOE_ERR_BAD_RANKS, "comm has %d ranks: megamoe runs on 1 to %d", num_ranks, MEGAMOE_MAX_RANKS);
+  megamoe_status local = MEGAMOE_OK;
+  if (!config) local = mm_fail(MEGAMOE_ERR_NULL_POINTER, "config is NULL");
+  else if (!layer_out) local = mm_fail(MEGAMOE_ERR_NULL_POINTER, "layer_out is NULL");
+  if (num_ranks > 1) MM_TRY(same_config_everywhere(config, local, comm, num_ranks, rank));
+  MM_TRY(local);
+  /* Config errors are the same on every rank now (same config): return at once. */
   MM_TRY(megamoe_check_config(config, num_ranks));
   if (config->arm == MEGAMOE_ARM_FUSED)
     return mm_fail(MEGAMOE_ERR_NOT_IMPLEMENTED, "arm = %s: not built yet (staged and split exist)",
@@ -478,31 +518,7 @@ static megamoe_status check_forward(const megamoe_layer* l, const megamoe_forwar
     return mm_fail(MEGAMOE_ERR_LAYER_FAILED, "an earlier forward timed out; destroy the layer");
   if (!l->weights_ready)
     return mm_fail(MEGAMOE_ERR_WEIGHTS_NOT_READY, "call megamoe_prepare_weights first");
-  const int64_t T = a->num_tokens;
-  if (T < 0) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "args->num_tokens = %lld: negative", (long long)T);
-  if (T > l->config.max_tokens_per_rank)
-    return mm_fail(MEGAMOE_ERR_TOO_MANY_TOKENS, "args->num_tokens = %lld: above max_tokens_per_rank = %lld",
-                   (long long)T, (long long)l->config.max_tokens_per_rank);
-  if (a->num_tokens_bound != 0 && (a->num_tokens_bound < T || a->num_tokens_bound > l->config.max_tokens_per_rank))
-    return mm_fail(MEGAMOE_ERR_TOO_MANY_TOKENS,
-                   "args->num_tokens_bound = %lld: must be 0 or in [num_tokens = %lld, max_tokens_per_rank = %lld]",
-                   (long long)a->num_tokens_bound, (long long)T, (long long)l->config.max_tokens_per_rank);
-  if (a->topk_idx_type != MEGAMOE_INDEX_INT32 && a->topk_idx_type != MEGAMOE_INDEX_INT64)
-    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "args->topk_idx_type = %d: not a megamoe_index_type",
-                   (int)a->topk_idx_type);
-  if (T > 0) {
-    MM_CHECK_NULL(a->x, "args->x");
-    MM_CHECK_NULL(a->x_sf, "args->x_sf");
-    MM_CHECK_NULL(a->topk_idx, "args->topk_idx");
-    MM_CHECK_NULL(a->topk_w, "args->topk_w");
-    MM_CHECK_NULL(a->y, "args->y");
-    if ((uintptr_t)a->y % 16)
-      return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "args->y must be 16-byte aligned");
-    if ((uintptr_t)a->topk_idx % (a->topk_idx_type == MEGAMOE_INDEX_INT64 ? 8 : 4) ||
-        (uintptr_t)a->topk_w % 4 || (uintptr_t)a->x_sf % 4)
-      return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "args->topk_idx / topk_w / x_sf must be naturally aligned");
-  }
-  return MEGAMOE_OK;
+  return mm_check_forward_args(&l->config, a);
 }
 
 /* Enqueues the arm's forward for view f (an empty one when f carries an

@@ -78,7 +78,16 @@ int mm_count_gpus(void) {
   return n;
 }
 
-static void end_children(pid_t* pids, const int* alive, int n) {
+/* Records how rank r ended (status from waitpid) into report (may be NULL). */
+static void note_end(mm_ranks_report* report, int r, int status, int ended_by_launcher) {
+  if (!report) return;
+  report->exit_code[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  report->signal[r] = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  report->ended[r] = ended_by_launcher;
+}
+
+/* SIGTERM to every live child, SIGKILL to those still alive 5 s later. */
+static void end_children(pid_t* pids, int* alive, int n, mm_ranks_report* report) {
   for (int i = 0; i < n; ++i)
     if (alive[i]) kill(pids[i], SIGTERM);
   double until = now_s() + 5.0;
@@ -87,8 +96,12 @@ static void end_children(pid_t* pids, const int* alive, int n) {
     for (int i = 0; i < n; ++i)
       if (alive[i]) {
         int status;
-        if (waitpid(pids[i], &status, WNOHANG) == pids[i]) ((int*)alive)[i] = 0;
-        else any = 1;
+        if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+          alive[i] = 0;
+          note_end(report, i, status, 1);
+        } else {
+          any = 1;
+        }
       }
     if (!any) return;
     if (now_s() > until) {
@@ -98,7 +111,8 @@ static void end_children(pid_t* pids, const int* alive, int n) {
         if (alive[i]) {
           int status;
           waitpid(pids[i], &status, 0);
-          ((int*)alive)[i] = 0;
+          alive[i] = 0;
+          note_end(report, i, status, 1);
         }
       return;
     }
@@ -134,10 +148,21 @@ int mm_run_ranks(int num_ranks, double deadline_s, mm_rank_fn fn, void* ctx) {
 }
 
 int mm_run_ranks_ex(int num_ranks, double deadline_s, int flags, mm_rank_fn fn, void* ctx) {
+  const mm_ranks_options o = {deadline_s, 0.0, flags};
+  return mm_run_ranks_opt(num_ranks, &o, fn, ctx, NULL);
+}
+
+int mm_run_ranks_opt(int num_ranks, const mm_ranks_options* o, mm_rank_fn fn, void* ctx, mm_ranks_report* report) {
+  if (report) {
+    memset(report, 0, sizeof *report);
+    report->first_failed = -1;
+  }
   if (num_ranks < 1 || num_ranks > MEGAMOE_MAX_RANKS) {
     fprintf(stderr, "mm_run_ranks: num_ranks = %d out of [1, %d]\n", num_ranks, MEGAMOE_MAX_RANKS);
     return MM_RANKS_LAUNCH_FAILED;
   }
+  const double deadline_s = o->deadline_s, grace_s = o->grace_s > 0 ? o->grace_s : 0.0;
+  const int flags = o->flags;
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   int id_up[2];   /* child 0 -> parent */
   int id_down[MEGAMOE_MAX_RANKS][2]; /* parent -> child r */
@@ -151,7 +176,7 @@ int mm_run_ranks_ex(int num_ranks, double deadline_s, int flags, mm_rank_fn fn, 
     pid_t pid = fork();
     if (pid < 0) {
       perror("fork");
-      end_children(pids, alive, r);
+      end_children(pids, alive, r, report);
       return MM_RANKS_LAUNCH_FAILED;
     }
     if (pid == 0) {
@@ -184,6 +209,9 @@ int mm_run_ranks_ex(int num_ranks, double deadline_s, int flags, mm_rank_fn fn, 
   close(id_down[0][1]);
   close(id_up[0]);
 
+  /* After the first failure the others run until end_at (the grace), then
+   * they are ended: a rank that died leaves its peers blocked in NCCL calls. */
+  double end_at = 0;
   int remaining = num_ranks;
   while (remaining > 0) {
     int progressed = 0;
@@ -195,26 +223,33 @@ int mm_run_ranks_ex(int num_ranks, double deadline_s, int flags, mm_rank_fn fn, 
       alive[r] = 0;
       remaining--;
       progressed = 1;
+      note_end(report, r, status, 0);
       int bad = 0;
       if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
         fprintf(stderr, "launcher: rank %d exited with code %d\n", r, WEXITSTATUS(status));
         bad = 1;
       } else if (WIFSIGNALED(status)) {
-        fprintf(stderr, "launcher: rank %d killed by signal %d\n", r, WTERMSIG(status));
+        fprintf(stderr, "launcher: rank %d killed by signal %d (%s)\n", r, WTERMSIG(status), strsignal(WTERMSIG(status)));
         bad = 1;
       }
       if (bad) {
         result = MM_RANKS_RANK_FAILED;
-        if (remaining > 0) {
-          fprintf(stderr, "launcher: ending the other ranks\n");
-          end_children(pids, alive, num_ranks);
-          remaining = 0;
+        if (report && report->first_failed < 0) report->first_failed = r;
+        if (remaining > 0 && end_at == 0) {
+          if (grace_s > 0)
+            fprintf(stderr, "launcher: the other ranks may run %.1f s more before they are ended\n", grace_s);
+          end_at = now_s() + grace_s;
         }
       }
     }
+    if (remaining > 0 && end_at > 0 && now_s() >= end_at) {
+      fprintf(stderr, "launcher: ending the other ranks\n");
+      end_children(pids, alive, num_ranks, report);
+      remaining = 0;
+    }
     if (remaining > 0 && deadline > 0 && now_s() > deadline) {
       fprintf(stderr, "launcher: deadline of %.1f s passed; ending all ranks\n", deadline_s);
-      end_children(pids, alive, num_ranks);
+      end_children(pids, alive, num_ranks, report);
       return MM_RANKS_DEADLINE;
     }
     if (!progressed) usleep(5000);

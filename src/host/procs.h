@@ -13,6 +13,8 @@
 
 #include <nccl.h>
 
+#include "megamoe.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -39,6 +41,28 @@ enum {
  * which rank failed and how. deadline_s: the whole run's limit (<= 0: none). */
 int mm_run_ranks(int num_ranks, double deadline_s, mm_rank_fn fn, void* ctx);
 int mm_run_ranks_ex(int num_ranks, double deadline_s, int flags, mm_rank_fn fn, void* ctx);
+
+/* How each rank ended (mm_run_ranks_opt). */
+typedef struct mm_ranks_report {
+  int first_failed;                         /* the first rank seen to fail or die; -1 when none did */
+  int exit_code[MEGAMOE_MAX_RANKS];   /* its exit code; -1 when a signal ended it */
+  int signal[MEGAMOE_MAX_RANKS];      /* the signal that ended it; 0 when it exited */
+  int ended[MEGAMOE_MAX_RANKS];       /* 1 when the launcher ended it (a peer failed, or the deadline) */
+} mm_ranks_report;
+
+typedef struct mm_ranks_options {
+  double deadline_s; /* the whole run's limit (<= 0: none) */
+  /* After a rank fails or dies, how long the others may still run before
+   * the launcher ends them (0: at once, as mm_run_ranks). A fault test gives
+   * the survivors this long to report what they saw. */
+  double grace_s;
+  int flags;         /* MM_RANKS_NO_GPU */
+} mm_ranks_options;
+
+/* mm_run_ranks with options, and how each rank ended in *report (may be
+ * NULL). */
+int mm_run_ranks_opt(int num_ranks, const mm_ranks_options* options, mm_rank_fn fn, void* ctx,
+                     mm_ranks_report* report);
 
 /* CUDA devices visible, counted in a throwaway child so the caller stays
  * free of CUDA. 0 when there is no device or no driver. */

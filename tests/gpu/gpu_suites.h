@@ -45,6 +45,11 @@ extern const mm_test mm_sanitize_controls[];
  * one rank, errors keyed by forward, the error word after graph replays),
  * a pool overflow, and weights prepared in place. */
 extern const mm_rank_test mm_error_tests[];
+
+/* tests/gpu/test_fuzz.c: random forward arguments (bad and duplicate
+ * indices, NaN / Inf inputs and weight scales, token counts at and past the
+ * limit, NULL and misaligned pointers), guard regions around y. */
+extern const mm_rank_test mm_fuzz_tests[];
 #endif
 
 #endif

@@ -177,9 +177,10 @@ static int count_all(const char* filter) {
   }
   for (const mm_test* t = mm_gemm_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
   for (const mm_test* t = mm_comm_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
-  /* Layer tests in 3 variants, error tests in 2, at up to 3 rank counts (as main runs them). */
+  /* Layer tests in 3 variants, error and fuzz tests in 2, at up to 3 rank counts (as main runs them). */
   for (const mm_rank_test* t = mm_layer_tests; t->name; ++t) n += 3 * 2 * name_matches(filter, t->name);
   for (const mm_rank_test* t = mm_error_tests; t->name; ++t) n += 2 * 2 * name_matches(filter, t->name);
+  for (const mm_rank_test* t = mm_fuzz_tests; t->name; ++t) n += 2 * 2 * name_matches(filter, t->name);
   return n;
 }
 
@@ -205,7 +206,7 @@ static int variant_chosen(const variant_choice* c, const char* engine, const cha
 
 static void list_tests(void) {
   const mm_test* const singles[] = {mm_gemm_gpu_tests, mm_comm_gpu_tests, mm_sanitize_controls};
-  const mm_rank_test* const ranked[] = {mm_layer_tests, mm_error_tests};
+  const mm_rank_test* const ranked[] = {mm_layer_tests, mm_error_tests, mm_fuzz_tests};
   for (size_t i = 0; i < sizeof singles / sizeof singles[0]; ++i)
     for (const mm_test* t = singles[i]; t->name; ++t) printf("%s\n", t->name);
   for (size_t i = 0; i < sizeof ranked / sizeof ranked[0]; ++i)
@@ -262,26 +263,27 @@ int main(int argc, char** argv) {
 
   /* Every layer variant: the staged arm on both GEMM engines (the simple one
    * is the oracle), the split arm (on the wgmma engine it is built on). The
-   * error protocol on each arm, once per rank count. */
+   * error protocol and the argument fuzz on each arm, once per rank count. */
   struct variant {
     const char* engine;
     const char* arm;
     const char* label;
-    int errors; /* also run the error-protocol suite */
+    int errors; /* also run the error-protocol and fuzz suites */
   } variants[] = {{"simple", "staged", "simple", 0}, {"wgmma", "staged", "wgmma", 1}, {"wgmma", "split", "split", 1}};
   const variant_choice choice = variant_choice_from_env();
+  const mm_rank_test* const passes[3] = {mm_layer_tests, mm_error_tests, mm_fuzz_tests};
   for (size_t v = 0; v < sizeof variants / sizeof variants[0]; ++v) {
     if (!variant_chosen(&choice, variants[v].engine, variants[v].arm)) continue;
     setenv("MEGAMOE_GEMM", variants[v].engine, 1);
     setenv("MEGAMOE_TEST_ARM", variants[v].arm, 1);
-    for (int pass = 0; pass < 2; ++pass) {
-      if (pass == 1 && !variants[v].errors) continue;
-      const mm_rank_test* suite = pass == 0 ? mm_layer_tests : mm_error_tests;
+    for (int pass = 0; pass < 3; ++pass) {
+      if (pass > 0 && !variants[v].errors) continue;
+      const mm_rank_test* suite = passes[pass];
       for (int i = 0; i < nrc; ++i) {
         const int r = rank_counts[i];
         char label[64];
         snprintf(label, sizeof label, "EP%d %s", r, variants[v].label);
-        suite_run s = {label, NULL, suite, filter, seed + (uint64_t)r + (pass ? 7919u * (uint64_t)r : 0u), -1};
+        suite_run s = {label, NULL, suite, filter, seed + (uint64_t)r + (uint64_t)pass * 7919u * (uint64_t)r, -1};
         run_or_skip(&s, r, gpus, &counts);
       }
     }

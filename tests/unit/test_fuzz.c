@@ -1,7 +1,11 @@
 /* Fuzz of the config checks and the buffer layout (issue 14, part 4; CPU, in
  * CI): random configurations with extreme and overflowing values through
- * megamoe_check_config, mm_layout_compute, megamoe_buffer_sizes and
- * megamoe_weight_memory.
+ * megamoe_check_config, mm_layout_compute, megamoe_buffer_sizes,
+ * megamoe_weight_memory and megamoe_layout; random forward arguments
+ * (NULL and misaligned pointers, token counts and bounds at and past every
+ * limit, bad index types) through the host checks of megamoe_forward
+ * (mm_check_forward_args); random sets of per-rank configs through the
+ * comparison megamoe_create makes across ranks (mm_config_prints_compare).
  *
  * Every call must return (a crash or an endless loop fails the run; the
  * sanitized build, `make fuzz-sanitized`, also catches undefined behaviour
@@ -18,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host/config.h"
 #include "host/layout.h"
 #include "megamoe.h"
 #include "unit.h"
@@ -226,8 +231,243 @@ static mm_test_result t_fuzz_model_is_strict(void) {
   return MM_TEST_PASS;
 }
 
+/* ---- Forward arguments --------------------------------------------------------
+ * What megamoe_forward's host checks must say (megamoe.h: the documented
+ * rules, in their order): the status and the argument the message names. */
+static fuzz_expect forward_model(const megamoe_config* c, const megamoe_forward_args* a) {
+  if (!a) return expect(MEGAMOE_ERR_NULL_POINTER, "args");
+  const int64_t T = a->num_tokens, B = a->num_tokens_bound;
+  if (T < 0) return expect(MEGAMOE_ERR_BAD_ARGUMENT, "args->num_tokens");
+  if (T > c->max_tokens_per_rank) return expect(MEGAMOE_ERR_TOO_MANY_TOKENS, "args->num_tokens");
+  if (B != 0 && (B < T || B > c->max_tokens_per_rank)) return expect(MEGAMOE_ERR_TOO_MANY_TOKENS, "args->num_tokens_bound");
+  if (a->topk_idx_type != MEGAMOE_INDEX_INT32 && a->topk_idx_type != MEGAMOE_INDEX_INT64)
+    return expect(MEGAMOE_ERR_BAD_ARGUMENT, "args->topk_idx_type");
+  if (T == 0) return expect(MEGAMOE_OK, NULL); /* no token: no pointer is read */
+  if (!a->x) return expect(MEGAMOE_ERR_NULL_POINTER, "args->x");
+  if (!a->x_sf) return expect(MEGAMOE_ERR_NULL_POINTER, "args->x_sf");
+  if (!a->topk_idx) return expect(MEGAMOE_ERR_NULL_POINTER, "args->topk_idx");
+  if (!a->topk_w) return expect(MEGAMOE_ERR_NULL_POINTER, "args->topk_w");
+  if (!a->y) return expect(MEGAMOE_ERR_NULL_POINTER, "args->y");
+  if ((uintptr_t)a->y % 16) return expect(MEGAMOE_ERR_BAD_ARGUMENT, "args->y");
+  if ((uintptr_t)a->topk_idx % (a->topk_idx_type == MEGAMOE_INDEX_INT64 ? 8 : 4))
+    return expect(MEGAMOE_ERR_BAD_ARGUMENT, "args->topk_idx");
+  if ((uintptr_t)a->topk_w % 4) return expect(MEGAMOE_ERR_BAD_ARGUMENT, "args->topk_w");
+  if ((uintptr_t)a->x_sf % 4) return expect(MEGAMOE_ERR_BAD_ARGUMENT, "args->x_sf");
+  return expect(MEGAMOE_OK, NULL); /* x: any alignment (staged with a byte copy) */
+}
+
+/* A pointer the checks only look at (never dereferenced): NULL sometimes,
+ * else a 256-aligned address plus a small offset. */
+static const void* draw_pointer(mm_rng* g) {
+  static const uintptr_t offsets[] = {0, 0, 0, 0, 1, 2, 3, 4, 6, 8, 12, 16, 24};
+  if (mm_rng_below(g, 24) == 0) return NULL;
+  const uintptr_t base = (uintptr_t)0x7f0000000000ull + 256u * (uintptr_t)mm_rng_below(g, 1u << 20);
+  return (const void*)(base + offsets[mm_rng_below(g, sizeof offsets / sizeof offsets[0])]);
+}
+
+static int64_t draw_tokens(mm_rng* g, int64_t tmax) {
+  static const int64_t edges[] = {0, 1, -1, INT64_MIN, INT64_MAX, (int64_t)INT32_MAX + 1, (int64_t)INT32_MIN};
+  switch (mm_rng_below(g, 6)) {
+    case 0: return edges[mm_rng_below(g, sizeof edges / sizeof edges[0])];
+    case 1: return tmax + (int64_t)mm_rng_below(g, 3) - 1; /* at and around the limit */
+    default: return (int64_t)mm_rng_below(g, (uint64_t)tmax + 1);
+  }
+}
+
+static mm_test_result t_fuzz_forward_args(void) {
+  mm_rng g = unit_rng(0xf0a5);
+  const int iterations = 100000;
+  int accepted = 0;
+  int by_status[MEGAMOE_STATUS_COUNT] = {0};
+  for (int i = 0; i < iterations; ++i) {
+    megamoe_config c = megamoe_config_make(128 * (int64_t)(1 + mm_rng_below(&g, 8)), 256, 16, 4,
+                                           1 + (int64_t)mm_rng_below(&g, mm_rng_below(&g, 4) ? 512 : (1u << 30)));
+    megamoe_forward_args a;
+    a.x = draw_pointer(&g);
+    a.x_sf = (const float*)draw_pointer(&g);
+    a.topk_idx = draw_pointer(&g);
+    a.topk_idx_type = mm_rng_below(&g, 8) ? (megamoe_index_type)mm_rng_below(&g, 2) : (megamoe_index_type)draw_i32(&g, 3);
+    a.topk_w = (const float*)draw_pointer(&g);
+    a.y = (void*)draw_pointer(&g);
+    a.num_tokens = draw_tokens(&g, c.max_tokens_per_rank);
+    a.num_tokens_bound = mm_rng_below(&g, 2) ? 0 : draw_tokens(&g, c.max_tokens_per_rank);
+    const int null_args = mm_rng_below(&g, 100) == 0;
+    const megamoe_forward_args* pa = null_args ? NULL : &a;
+    const fuzz_expect want = forward_model(&c, pa);
+    const megamoe_status got = mm_check_forward_args(&c, pa);
+    CHECK_MSG(got == want.status, "args %d: check gave %s, the model %s (T %lld bound %lld T_max %lld type %d x %p x_sf %p "
+              "idx %p w %p y %p): %s", i, megamoe_status_string(got), megamoe_status_string(want.status),
+              (long long)a.num_tokens, (long long)a.num_tokens_bound, (long long)c.max_tokens_per_rank,
+              (int)a.topk_idx_type, a.x, (const void*)a.x_sf, a.topk_idx, (const void*)a.topk_w, a.y,
+              megamoe_last_error());
+    by_status[got]++;
+    if (got == MEGAMOE_OK) {
+      accepted++;
+      continue;
+    }
+    CHECK_MSG(strstr(megamoe_last_error(), want.names) != NULL, "args %d: %s names no \"%s\": %s", i,
+              megamoe_status_string(got), want.names, megamoe_last_error());
+  }
+  printf("    %d forward argument sets: %d accepted; rejections:", iterations, accepted);
+  for (int st = 1; st < MEGAMOE_STATUS_COUNT; ++st)
+    if (by_status[st]) printf(" %s %d", megamoe_status_string((megamoe_status)st), by_status[st]);
+  printf("\n");
+  CHECK(accepted > iterations / 50 && accepted < iterations);
+  CHECK(by_status[MEGAMOE_ERR_NULL_POINTER] && by_status[MEGAMOE_ERR_BAD_ARGUMENT] &&
+        by_status[MEGAMOE_ERR_TOO_MANY_TOKENS]);
+  return MM_TEST_PASS;
+}
+
+/* ---- The same config on every rank -------------------------------------------
+ * megamoe_create compares one print per rank (host/config.h). The model,
+ * from the documented meaning of each field: configs that act the same
+ * compare equal (a timeout <= 0 is the default; a clamp value is unused
+ * while the clamp is off; floating-point fields compare as values, two NaNs
+ * alike); otherwise the first field in megamoe_config's order that differs
+ * is named, with the lowest rank that differs from rank 0; a peer that
+ * rejected its own arguments is named before any field. */
+static int same_value(double a, double b) { return a == b || (a != a && b != b); }
+
+static int same_field(const megamoe_config* a, const megamoe_config* b, int f) {
+  switch (f) {
+    case MM_PRINT_HIDDEN: return a->hidden == b->hidden;
+    case MM_PRINT_INTERMEDIATE: return a->intermediate == b->intermediate;
+    case MM_PRINT_EXPERTS: return a->num_experts == b->num_experts;
+    case MM_PRINT_TOP_K: return a->top_k == b->top_k;
+    case MM_PRINT_MAX_TOKENS: return a->max_tokens_per_rank == b->max_tokens_per_rank;
+    case MM_PRINT_QUANT_GROUP: return a->quant_group == b->quant_group;
+    case MM_PRINT_HAS_CLAMP: return a->has_swiglu_clamp == b->has_swiglu_clamp;
+    case MM_PRINT_CLAMP:
+      return (!a->has_swiglu_clamp && !b->has_swiglu_clamp) || same_value(a->swiglu_clamp, b->swiglu_clamp);
+    case MM_PRINT_ARM: return a->arm == b->arm;
+    case MM_PRINT_TIMEOUT:
+      return same_value(a->timeout_s <= 0 ? MEGAMOE_DEFAULT_TIMEOUT_S : a->timeout_s,
+                        b->timeout_s <= 0 ? MEGAMOE_DEFAULT_TIMEOUT_S : b->timeout_s);
+    case MM_PRINT_IMBALANCE: return same_value(a->pool_imbalance, b->pool_imbalance);
+  }
+  return 1;
+}
+
+static void perturb_field(mm_rng* g, megamoe_config* c, int field) {
+  switch (field) {
+    case MM_PRINT_HIDDEN: c->hidden = (int64_t)((uint64_t)c->hidden + 128u * (1 + mm_rng_below(g, 4))); break;
+    case MM_PRINT_INTERMEDIATE: c->intermediate = c->intermediate == 0 ? 1 : (int64_t)(0u - (uint64_t)c->intermediate); break;
+    case MM_PRINT_EXPERTS: c->num_experts = (int32_t)((uint32_t)c->num_experts + 1u + (uint32_t)mm_rng_below(g, 8)); break;
+    case MM_PRINT_TOP_K: c->top_k = c->top_k == 1 ? 2 : 1; break;
+    case MM_PRINT_MAX_TOKENS: c->max_tokens_per_rank ^= (int64_t)1 << mm_rng_below(g, 62); break;
+    case MM_PRINT_QUANT_GROUP: c->quant_group = c->quant_group == 64 ? 128 : 64; break;
+    case MM_PRINT_HAS_CLAMP: c->has_swiglu_clamp = !c->has_swiglu_clamp; break;
+    case MM_PRINT_CLAMP:
+      c->has_swiglu_clamp = 1; /* a clamp value only counts with the clamp on */
+      c->swiglu_clamp = isfinite(c->swiglu_clamp) ? c->swiglu_clamp * 2.0f + 1.0f : 3.0f;
+      break;
+    case MM_PRINT_ARM: c->arm = c->arm == MEGAMOE_ARM_STAGED ? MEGAMOE_ARM_SPLIT : MEGAMOE_ARM_STAGED; break;
+    case MM_PRINT_TIMEOUT: c->timeout_s = c->timeout_s > 0 && c->timeout_s < 1e6 ? c->timeout_s + 1.0 : 2.0; break;
+    case MM_PRINT_IMBALANCE:
+      c->pool_imbalance = isfinite(c->pool_imbalance) && fabs(c->pool_imbalance) < 1e6 ? c->pool_imbalance + 1.0 : 1.0;
+      break;
+  }
+}
+
+static mm_test_result t_fuzz_config_prints(void) {
+  mm_rng g = unit_rng(0xc0f1);
+  const int iterations = 100000;
+  int equal = 0, mismatched = 0, rejected = 0;
+  for (int i = 0; i < iterations; ++i) {
+    const int R = 2 + (int)mm_rng_below(&g, MEGAMOE_MAX_RANKS - 1), me = (int)mm_rng_below(&g, (uint64_t)R);
+    megamoe_config base;
+    int ignored;
+    draw_config(&g, &base, &ignored); /* any values, valid or not: the comparison must not care */
+    megamoe_config cfg[MEGAMOE_MAX_RANKS];
+    megamoe_status local[MEGAMOE_MAX_RANKS];
+    int failed_rank = -1;
+    for (int r = 0; r < R; ++r) {
+      cfg[r] = base;
+      local[r] = MEGAMOE_OK;
+      /* Differences that must not count. */
+      if (mm_rng_below(&g, 4) == 0 && base.timeout_s <= 0) cfg[r].timeout_s = mm_rng_below(&g, 2) ? 0.0 : -5.0;
+      if (mm_rng_below(&g, 4) == 0 && base.has_swiglu_clamp == 0) cfg[r].swiglu_clamp = (float)mm_rng_uniform(&g);
+      if (mm_rng_below(&g, 4) == 0 && base.pool_imbalance == 0.0) cfg[r].pool_imbalance = mm_rng_below(&g, 2) ? 0.0 : -0.0;
+      if (r > 0 && mm_rng_below(&g, 3) == 0) /* a real difference */
+        perturb_field(&g, &cfg[r], MM_PRINT_HIDDEN + (int)mm_rng_below(&g, MM_PRINT_FIELDS - MM_PRINT_HIDDEN));
+      if (mm_rng_below(&g, 40) == 0) {
+        local[r] = mm_rng_below(&g, 2) ? MEGAMOE_ERR_NULL_POINTER : MEGAMOE_ERR_BAD_ARGUMENT;
+        if (r != me && failed_rank < 0) failed_rank = r;
+      }
+    }
+    int first_field = -1, first_rank = -1;
+    for (int f = MM_PRINT_HIDDEN; f < MM_PRINT_FIELDS && first_rank < 0; ++f)
+      for (int r = 1; r < R && first_rank < 0; ++r)
+        if (!same_field(&cfg[0], &cfg[r], f)) {
+          first_field = f;
+          first_rank = r;
+        }
+    mm_config_print prints[MEGAMOE_MAX_RANKS];
+    for (int r = 0; r < R; ++r) mm_config_print_make(local[r] == MEGAMOE_OK ? &cfg[r] : NULL, local[r], &prints[r]);
+    const megamoe_status got = mm_config_prints_compare(prints, R, me);
+    if (failed_rank >= 0) {
+      char text[32];
+      snprintf(text, sizeof text, "rank %d", failed_rank);
+      CHECK_MSG(got == MEGAMOE_ERR_PEER_FAILED && strstr(megamoe_last_error(), text), "case %d: %s: %s (want %s)", i,
+                megamoe_status_string(got), megamoe_last_error(), text);
+      rejected++;
+    } else if (local[me] != MEGAMOE_OK) {
+      continue; /* only this rank rejected: it reports its own status (not judged here) */
+    } else if (first_rank < 0) {
+      CHECK_MSG(got == MEGAMOE_OK, "case %d: configs that act the same gave %s: %s", i, megamoe_status_string(got),
+                megamoe_last_error());
+      equal++;
+    } else {
+      char want[64], on_rank[32];
+      snprintf(want, sizeof want, ": %s = ", mm_config_print_name(first_field));
+      snprintf(on_rank, sizeof on_rank, "on rank %d", first_rank);
+      CHECK_MSG(got == MEGAMOE_ERR_BAD_ARGUMENT && strstr(megamoe_last_error(), want) &&
+                    strstr(megamoe_last_error(), on_rank),
+                "case %d: %s: %s (want \"%s\" and \"%s\")", i, megamoe_status_string(got), megamoe_last_error(), want,
+                on_rank);
+      mismatched++;
+    }
+  }
+  printf("    %d rank sets: %d alike, %d with a differing field, %d with a peer that rejected its arguments\n",
+         iterations, equal, mismatched, rejected);
+  CHECK(equal > iterations / 10 && mismatched > iterations / 10 && rejected > iterations / 100);
+  return MM_TEST_PASS;
+}
+
+/* The comparison names what differs between two otherwise equal configs,
+ * field by field, and a NULL config on a peer as its rejection. */
+static mm_test_result t_config_prints_name_each_field(void) {
+  mm_rng g = unit_rng(0xc0f2);
+  const megamoe_config base = megamoe_config_make(1024, 512, 16, 4, 256);
+  for (int f = MM_PRINT_HIDDEN; f < MM_PRINT_FIELDS; ++f) {
+    megamoe_config other = base;
+    perturb_field(&g, &other, f);
+    mm_config_print p[2];
+    mm_config_print_make(&base, MEGAMOE_OK, &p[0]);
+    mm_config_print_make(&other, MEGAMOE_OK, &p[1]);
+    const int named = f == MM_PRINT_CLAMP ? MM_PRINT_HAS_CLAMP : f; /* the clamp switched on first */
+    char want[64];
+    snprintf(want, sizeof want, ": %s = ", mm_config_print_name(named));
+    for (int me = 0; me < 2; ++me) {
+      CHECK_STATUS(mm_config_prints_compare(p, 2, me), MEGAMOE_ERR_BAD_ARGUMENT);
+      CHECK_MESSAGE_HAS(want);
+    }
+  }
+  mm_config_print p[3];
+  for (int r = 0; r < 3; ++r) mm_config_print_make(&base, MEGAMOE_OK, &p[r]);
+  CHECK_OK(mm_config_prints_compare(p, 3, 1));
+  mm_config_print_make(NULL, MEGAMOE_ERR_NULL_POINTER, &p[2]);
+  CHECK_STATUS(mm_config_prints_compare(p, 3, 0), MEGAMOE_ERR_PEER_FAILED);
+  CHECK_MESSAGE_HAS("rank 2");
+  CHECK_MESSAGE_HAS("MEGAMOE_ERR_NULL_POINTER");
+  return MM_TEST_PASS;
+}
+
 const mm_test unit_suite_fuzz[] = {
     {"fuzz.model_is_strict", t_fuzz_model_is_strict},
     {"fuzz.configs_checks_and_layout", t_fuzz_configs},
+    {"fuzz.forward_arguments", t_fuzz_forward_args},
+    {"fuzz.config_compared_across_ranks", t_fuzz_config_prints},
+    {"fuzz.config_mismatch_names_each_field", t_config_prints_name_each_field},
     {NULL, NULL},
 };

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/fuzz_check.h"
 #include "ref.h"
 #include "ref_internal.h"
 #include "unit.h"
@@ -729,6 +730,114 @@ static mm_test_result test_layer_vector_paths_agree(void) {
   return MM_TEST_PASS;
 }
 
+/* ---- non-finite inputs ------------------------------------------------------
+ * The contract the header documents and the GPU fuzz holds the kernels to
+ * (tests/gpu/fuzz_check.h): a NaN in a token's x, x_sf or a live slot's
+ * weight makes its row NaN and changes no other row, bitwise; so does an Inf
+ * routing weight, and an Inf scale without the clamp; a NaN weight scale
+ * reaches exactly the tokens routed to that expert (W2's: one 128-column
+ * block). Shown here on the reference, with and without the clamp, at both
+ * quantization groups. */
+static int judge_problem(const problem* p, uint16_t* const* clean, fz_row_expect* const* ex, const char* what) {
+  for (int r = 0; r < p->num_ranks; ++r) {
+    char why[512] = "";
+    const int64_t bad = fz_judge_rows(p->y[r], clean[r], p->y[r], p->topk_idx[r], p->cfg.top_k, p->tokens[r],
+                                      p->cfg.hidden, ex[r], why, sizeof why);
+    if (bad >= 0) {
+      fprintf(stderr, "    %s: rank %d token %lld: %s\n", what, r, (long long)bad, why);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static mm_test_result test_layer_nonfinite_rows(void) {
+  mm_rng rng = unit_rng(31);
+  for (int variant = 0; variant < 4; ++variant) {
+    const int clamp = variant & 1;
+    megamoe_config cfg = megamoe_config_make(256, 256, 4, 2, 12);
+    cfg.quant_group = variant & 2 ? 64 : 128;
+    cfg.has_swiglu_clamp = clamp;
+    cfg.swiglu_clamp = 0.5f; /* small: it bites on most columns */
+    const int64_t tokens[2] = {12, 12}, H = cfg.hidden, K = cfg.top_k;
+    problem p;
+    CHECK(problem_random(&p, cfg, 2, tokens, &rng, 0.3));
+    /* Token 0 of each rank has every slot masked. */
+    for (int r = 0; r < 2; ++r)
+      for (int64_t k = 0; k < K; ++k) p.topk_idx[r][k] = -1;
+    CHECK_OK(problem_forward(&p));
+    uint16_t* clean[2];
+    fz_row_expect* ex[2];
+    for (int r = 0; r < 2; ++r) {
+      clean[r] = malloc(sizeof(uint16_t) * (size_t)(tokens[r] * H));
+      ex[r] = calloc((size_t)tokens[r], sizeof(fz_row_expect));
+      CHECK(clean[r] && ex[r]);
+      memcpy(clean[r], p.y[r], sizeof(uint16_t) * (size_t)(tokens[r] * H));
+    }
+    /* Every poison on a token with live slots, on the all-masked token, on a masked slot. */
+    for (int poison = 0; poison < FZ_POISON_COUNT; ++poison)
+      for (int64_t t = 0; t < 3; ++t) {
+        const int r = (int)(t % 2);
+        uint8_t* x = malloc((size_t)(tokens[r] * H));
+        float* x_sf = malloc(sizeof(float) * (size_t)(tokens[r] * H / 128));
+        float* w = malloc(sizeof(float) * (size_t)(tokens[r] * K));
+        CHECK(x && x_sf && w);
+        memcpy(x, p.x[r], (size_t)(tokens[r] * H));
+        memcpy(x_sf, p.x_sf[r], sizeof(float) * (size_t)(tokens[r] * H / 128));
+        memcpy(w, p.topk_w[r], sizeof(float) * (size_t)(tokens[r] * K));
+        const uint64_t where = mm_rng_next(&rng);
+        ex[r][t] = fz_poison_token((fz_poison)poison, t, where, (int)(where & 1), clamp, p.x[r], p.x_sf[r],
+                                   p.topk_idx[r], p.topk_w[r], H, K);
+        CHECK_OK(problem_forward(&p));
+        char what[128];
+        snprintf(what, sizeof what, "%s, token %lld, G %d, clamp %d", fz_poison_name[poison], (long long)t,
+                 cfg.quant_group, clamp);
+        CHECK(judge_problem(&p, clean, ex, what));
+        if (ex[r][t].kind == FZ_ROW_NAN) { /* not the same as the clean row: the poison took */
+          CHECK(fz_bf16_nan(p.y[r][t * H]) && !fz_bf16_nan(clean[r][t * H]));
+        }
+        memcpy(p.x[r], x, (size_t)(tokens[r] * H));
+        memcpy(p.x_sf[r], x_sf, sizeof(float) * (size_t)(tokens[r] * H / 128));
+        memcpy(p.topk_w[r], w, sizeof(float) * (size_t)(tokens[r] * K));
+        ex[r][t].kind = FZ_ROW_SAME;
+        free(x);
+        free(x_sf);
+        free(w);
+      }
+    /* A non-finite weight scale: W1's of expert 1 (a gate block, then an up
+     * block), W2's of expert 2 at output block 1. */
+    for (int pick = 0; pick < 3; ++pick)
+      for (int is_inf = 0; is_inf < 2; ++is_inf) {
+        const int is_w2 = pick == 2, expert = 1 + is_w2, block = 1;
+        const int64_t up_block = cfg.intermediate / 128; /* the first up block of W1 */
+        float* sf = is_w2 ? p.w2_sf + expert * w2_sf_elems(&cfg) + block * (cfg.intermediate / 128)
+                          : p.w1_sf + expert * w1_sf_elems(&cfg) + (pick ? up_block * (H / 128) : 1);
+        const float keep = *sf;
+        *sf = is_inf ? INFINITY : NAN;
+        int routed = 0;
+        for (int r = 0; r < 2; ++r)
+          for (int64_t t = 0; t < tokens[r]; ++t) {
+            ex[r][t] = fz_weight_poison_expect(is_w2, block, is_inf, clamp, expert, p.topk_idx[r] + t * K, K);
+            routed += ex[r][t].kind != FZ_ROW_SAME;
+          }
+        CHECK(routed > 0);
+        CHECK_OK(problem_forward(&p));
+        char what[128];
+        snprintf(what, sizeof what, "%s in W%d's scale of expert %d, G %d, clamp %d", is_inf ? "Inf" : "NaN",
+                 1 + is_w2, expert, cfg.quant_group, clamp);
+        CHECK(judge_problem(&p, clean, ex, what));
+        *sf = keep;
+        for (int r = 0; r < 2; ++r) memset(ex[r], 0, sizeof(fz_row_expect) * (size_t)tokens[r]);
+      }
+    for (int r = 0; r < 2; ++r) {
+      free(clean[r]);
+      free(ex[r]);
+    }
+    problem_free(&p);
+  }
+  return MM_TEST_PASS;
+}
+
 /* ---- argument checks ------------------------------------------------------ */
 
 /* Sets one pointer field of a rank to NULL: 0..4 token fields, 5..8 weights. */
@@ -831,6 +940,7 @@ const mm_test unit_suite_ref_layer[] = {
     {"ref_layer.empty_rank", test_layer_empty_rank},
     {"ref_layer.rank_split_invariance", test_layer_rank_split_invariance},
     {"ref_layer.vector_paths_agree", test_layer_vector_paths_agree},
+    {"ref_layer.nonfinite_inputs_stay_in_their_row", test_layer_nonfinite_rows},
     {"ref_layer.errors", test_layer_errors},
     {NULL, NULL},
 };
