@@ -489,6 +489,7 @@ mm_test_result run_engine(engine_fn fn, const problem* p, mm_gemm_output out, mm
   CUDA_OK(cudaMemset(o->q, 0xFF, R * n / 2));
   CUDA_OK(cudaMemset(o->sf, 0xFF, sizeof(float) * (n / 2 / 64) * R));
   mm_swiglu_epilogue sw;
+  memset(&sw, 0, sizeof sw); /* every field, the diagnostic ones included */
   sw.row_weight = p->d_row_weight;
   sw.group = group;
   sw.has_clamp = has_clamp;
