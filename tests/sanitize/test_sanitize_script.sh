@@ -47,9 +47,14 @@ for p in 101 102 103; do
   echo "========= COMPUTE-SANITIZER" > "$f"
   n=0
   if [ "$target" = control ] && [ "$p" != 101 ] && [ "$((p - 101))" -le "${FAKE_CONTROL_PROCS:-2}" ]; then
-    printf '%s\n' "========= Invalid __global__ write of size 4 bytes" \
-      "=========     at write_one_past_end(int *, unsigned long)+0x50 in test_sanitize.cu:26" "=========" >> "$f"
-    n=1
+    # FAKE_CONTROL_ONE_LOG: every rank's report in one log, as the real tool wrote them.
+    reps=1
+    [ -n "${FAKE_CONTROL_ONE_LOG:-}" ] && { [ "$p" = 102 ] && reps=${FAKE_CONTROL_PROCS:-2} || reps=0; }
+    for ((i = 0; i < reps; ++i)); do
+      printf '%s\n' "========= Invalid __global__ write of size 4 bytes" \
+        "=========     at write_one_past_end(int *, unsigned long)+0x50 in test_sanitize.cu:26" "=========" >> "$f"
+    done
+    n=$reps
   fi
   if [ "$p" = 102 ] && [[ ",${FAKE_ERRORS:-}," == *",$tool:$target,"* ]]; then
     printf '%s\n' "========= Error: Race reported between Write access at mm_split_l1_kernel+0x10 in split_kernels.cuh:120" \
@@ -90,7 +95,7 @@ bad() { failed=$((failed + 1)); }
 
 name="sanitize.sh: clean runs pass, controls caught on every rank, the exclusions and filters reach the tool"
 if run "$name" 0 SANITIZE_SUPP="$root/scripts/sanitize.supp" -- --tools memcheck,racecheck &&
-  has '^\[PASS\] memcheck +control +the planted bug reported in 2 process\(es\) of 2 rank' "$name" &&
+  has '^\[PASS\] memcheck +control +the planted bug reported 2 time\(s\) for 2 rank' "$name" &&
   has '^\[PASS\] racecheck +split +0 error\(s\), tests 3 passed, 0 failed' "$name" &&
   has '^8 passed, 0 failed$' "$name" &&
   grep -qx 'kns=ncclDevKernel' "$work/logs/memcheck-gemm/args.txt" &&
@@ -118,7 +123,11 @@ if run "$name" 2 SANITIZE_SUPP="$work/noreason.supp" -- --tools racecheck && has
 
 name="sanitize.sh: a control the tool saw in one rank only fails (the ranks are not all checked)"
 if run "$name" 1 FAKE_CONTROL_PROCS=1 -- --tools memcheck --targets control &&
-  has '^\[FAIL\] memcheck +control .*reported in 1 of 2 rank processes' "$name"; then ok "$name"; else bad; fi
+  has '^\[FAIL\] memcheck +control .*reported 1 time\(s\) for 2 rank processes' "$name"; then ok "$name"; else bad; fi
+
+name="sanitize.sh: both ranks' control reports in one log count for both ranks"
+if run "$name" 0 FAKE_CONTROL_ONE_LOG=1 -- --tools memcheck --targets control &&
+  has '^\[PASS\] memcheck +control +the planted bug reported 2 time\(s\) for 2 rank\(s\), in 1 of' "$name"; then ok "$name"; else bad; fi
 
 name="sanitize.sh: a failed test fails the run even with a clean log"
 if run "$name" 1 FAKE_TESTS="2 passed, 1 failed, 0 skipped" -- --tools synccheck --targets gemm &&
@@ -130,7 +139,7 @@ if run "$name" 1 FAKE_SLEEP=20 -- --tools initcheck --targets staged --timeout 1
 
 name="sanitize.sh: one GPU: the controls and the layer run at EP1"
 if run "$name" 0 FAKE_GPUS=1 FAKE_CONTROL_PROCS=1 -- --tools memcheck --targets control &&
-  has 'reported in 1 process\(es\) of 1 rank' "$name"; then ok "$name"; else bad; fi
+  has 'reported 1 time\(s\) for 1 rank' "$name"; then ok "$name"; else bad; fi
 
 name="sanitize.sh: no GPU: exit 77, saying so; bad arguments: exit 2"
 if run "$name" 77 FAKE_GPUS=0 -- && has 'no GPU visible' "$name" && run "$name" 2 -- --tools memcheck,helgrind &&
