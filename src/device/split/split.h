@@ -14,8 +14,10 @@
  *      GEMM producer waits for a tile's blocks (acquire) and TMA-loads them
  *      as soon as they are complete.
  * Kernel 2 (L2 + combine):
- *   the L2 GEMM whose epilogue writes each bf16 row into its source rank's
- *   combine buffer at row token_slot (scatter epilogue, over NVLink)
+ *   the L2 GEMM: the math warpgroups stage each bf16 tile in shared memory
+ *   and run on; the producer warpgroup's three other warps (the copy warps)
+ *   write each row into its source rank's combine buffer at row token_slot
+ *   (over NVLink for a peer's rows; gemm_epilogue.cuh, mm_gemm_copy_loop)
  *                                                                grid barrier
  *   CTA 0: all-rank barrier 1 (combine rows landed)              grid barrier
  *   every CTA: its share of the tokens' reductions in slot order, then the
