@@ -34,7 +34,7 @@ MM_DEVICE void mm_warp_chunk(int64_t n, int warp, int warps, int64_t* lo, int64_
   *hi = min(n, *lo + per * 32);
 }
 
-/* Slots are read kRouteBatch 32-slot steps at a time, every load of a batch
+/* Slots are read MM_ROUTE_BATCH 32-slot steps at a time, every load of a batch
  * issued before the first is used: a warp's scan is latency-bound, not
  * bandwidth-bound (one CTA reads the T*K ids of its expert from L2). */
 #define MM_ROUTE_BATCH 16
