@@ -211,10 +211,13 @@ $(PY_LIB): $(SO)
 python-install: $(PY_LIB)
 	$(PYTHON) -m pip install $(PIP_FLAGS) ./python
 
-# The config/layout fuzz (tests/unit/test_fuzz.c) built on its own with
-# AddressSanitizer and UndefinedBehaviorSanitizer over the host sources it
-# runs; CI runs it after the tests.
-FUZZ_SAN_SRC := src/host/config.c src/host/layout.c src/host/errors.c tests/unit/test_fuzz.c tests/sanitize/fuzz_main.c
+# The config/layout fuzz (tests/unit/test_fuzz.c) and the fused arm's schedule
+# tests (tests/unit/test_fused.c: the stream decode and ring simulation of
+# src/fused.h) built on their own with AddressSanitizer and
+# UndefinedBehaviorSanitizer over the host sources they run; CI runs it after
+# the tests.
+FUZZ_SAN_SRC := src/host/config.c src/host/layout.c src/host/fused_plan.c src/host/errors.c src/host/device_status.c \
+                tests/unit/test_fuzz.c tests/unit/test_fused.c tests/sanitize/fuzz_main.c
 FUZZ_SAN_BIN := $(BUILD)/fuzz_sanitized
 $(FUZZ_SAN_BIN): $(FUZZ_SAN_SRC)
 	@mkdir -p $(dir $@)

@@ -107,7 +107,8 @@ typedef struct megamoe_config {
    * that routes more rows to one rank than its pool holds fails there with
    * MEGAMOE_ERR_TOO_MANY_TOKENS (megamoe_sync names the rank, the expert and
    * the rows), computes nothing and writes nothing past the pool; its peers
-   * get MEGAMOE_ERR_PEER_FAILED, and the layer stays usable. */
+   * get MEGAMOE_ERR_PEER_FAILED, and the layer stays usable. The fused arm
+   * keeps no pool (its ring holds any routing) and ignores it. */
   double pool_imbalance;
 } megamoe_config;
 
@@ -255,7 +256,12 @@ typedef enum megamoe_index_type {
  *            T rows, nothing else)
  * With num_tokens 0 no token pointer is read and each may be NULL.
  * num_tokens_bound: 0, or a bound >= every rank's T, identical on all ranks
- * (lets the kernels size per-call schedules; ignored by the staged arm).
+ * (lets the kernels size per-call schedules; ignored by the staged arm). A
+ * bound above max_tokens_per_rank or below this rank's num_tokens is rejected
+ * here (MEGAMOE_ERR_TOO_MANY_TOKENS naming it). The fused arm also checks the
+ * contract across ranks on the device: bounds that differ, or a bound below
+ * a peer's count, end that forward with MEGAMOE_ERR_TOO_MANY_TOKENS on every
+ * rank (the message names the rank), nothing computed, the layer usable.
  *
  * Non-finite inputs (the contract's arithmetic, as the CPU reference does
  * it; tests/gpu/test_fuzz.c holds the kernels to it): a token's row of y
@@ -416,6 +422,16 @@ typedef struct megamoe_layout_info {
   uint64_t prepared_weight_bytes;   /* megamoe_weight_memory, MEGAMOE_WEIGHTS_COPY */
   uint64_t in_place_resident_bytes; /* MEGAMOE_WEIGHTS_IN_PLACE: kept until destroy */
   uint64_t in_place_peak_bytes;     /* MEGAMOE_WEIGHTS_IN_PLACE: during preparation */
+  /* The fused arm's ring (docs/FUSED.md; all 0 for the other arms): its pool
+   * regions hold ring_blocks slots of 128 rows (pool_rows = 128 ring_blocks),
+   * sized for the lag order of ring_lag units in groups of ring_group units;
+   * ring_virtual_blocks is the most blocks a forward lays out at T_max (its
+   * per-block counters). ring_blocks == ring_virtual_blocks: the ring holds
+   * the worst case, never wraps, and every forward takes the single-wave order. */
+  int32_t ring_blocks;
+  int32_t ring_lag;
+  int32_t ring_group;
+  int32_t ring_virtual_blocks;
 } megamoe_layout_info;
 
 /* Fills *info and, when regions is not NULL, regions[0 .. info->num_regions)

@@ -33,6 +33,8 @@ typedef enum mm_region_id {
   MM_SYM_ROUTE_COUNTS,   /* [R][E_l] i32: rows source rank s routes to each local expert */
   MM_SYM_ROUTE_ENTRIES,  /* [R][T_max*K] mm_route_entry, written by source rank s */
   MM_SYM_COMBINE,        /* [T_max * K][H] bf16: expert outputs pushed back to this source rank, row t * K + k */
+  MM_SYM_CALL_TOKENS,    /* fused arm: [R] mm_call_tokens, slot s written by source rank s before barrier 0:
+                          * every rank checks every rank's num_tokens_bound against every count */
   /* workspace */
   MM_WS_STATUS,          /* mm_device_status */
   MM_WS_EPOCH,           /* u64 number of the forward in progress (1 for the first), counted on
@@ -53,6 +55,8 @@ typedef enum mm_region_id {
   MM_WS_L2_OUT,          /* [P, H] bf16 (staged arm: L2 output before the combine push) */
   MM_WS_GRID_BARRIER,    /* mm_grid_barrier_state of the in-kernel grid barrier (persistent arms) */
   MM_WS_READY,           /* [P / MM_READY_BLOCK_ROWS] i32 rows pulled per pool block (split arm's L1 wait) */
+  MM_WS_BLOCK_COUNTERS,  /* fused arm: [MM_FLAG_BANKS][MM_FUSED_COUNTERS][virtual blocks] i32 per-block
+                          * counters (pulled rows, L1 done, L2 done), bank = forward & 1 (fused.h) */
   MM_REGION_COUNT
 } mm_region_id;
 
@@ -97,6 +101,8 @@ typedef struct mm_layer_view {
   int32_t fill_blocks;               /* grid of the grid-stride kernels: 4 per SM */
   uint64_t* timeline;                /* [CTA][MM_TL_EVENTS] %globaltimer stamps of the split arm's kernels,
                                         or NULL (off: MEGAMOE_TIMELINE=1 at create turns it on) */
+  int32_t ring_blocks;               /* fused arm: ring slots of MM_FUSED_BLOCK_ROWS rows (pool_rows / 128) */
+  int32_t virtual_blocks;            /* fused arm: per-block counters per bank (the worst case at T_max) */
 } mm_layer_view;
 
 /* One forward's inputs. x and x_sf are not here: the kernels read every
@@ -257,6 +263,9 @@ enum mm_wait_site {
   MM_SITE_GRID_BARRIER = 7,     /* an in-kernel grid barrier */
   MM_SITE_HOST = 8,             /* megamoe_forward rejected its arguments; the forward ran empty */
   MM_SITE_POOL = 9,             /* the expert pool layout (capacity check) */
+  MM_SITE_TOKEN_BOUND = 10,     /* fused arm: a rank's num_tokens_bound below a count, or bounds that differ */
+  MM_SITE_RING = 11,            /* fused arm: the blocks of a single-wave forward do not fit the ring */
+  MM_SITE_RING_SLOT = 12,       /* fused arm: a pull waiting for its ring slot's previous L2 readers */
   MM_SITE_COUNT
 };
 

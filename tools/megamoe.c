@@ -184,7 +184,22 @@ static int cmd_info(int argc, char** argv) {
   printf("config: H %lld, I %lld, E %d (%lld per rank), top-%d, T_max %lld per rank, G %d, %d ranks, arm %s\n",
          (long long)c->hidden, (long long)c->intermediate, c->num_experts, (long long)l.local_experts, c->top_k,
          (long long)c->max_tokens_per_rank, c->quant_group, ranks, megamoe_arm_name(c->arm));
-  printf("pool capacity: %lld rows\n\n", (long long)l.pool_rows);
+  printf("pool capacity: %lld rows\n", (long long)l.pool_rows);
+  if (c->arm == MEGAMOE_ARM_FUSED) {
+    const mm_fused_ring* g = &l.ring;
+    if (g->clamped)
+      printf("fused ring: %d blocks of %d rows = the worst case at T_max (below 8 x (lag %d + group %d) + %d): "
+             "it never wraps, every call takes the single-wave order\n",
+             g->blocks, MM_FUSED_BLOCK_ROWS, g->lag, g->group, MM_FUSED_RING_MARGIN);
+    else
+      printf("fused ring: %d blocks of %d rows = 8 x (lag %d + group %d) + %d; num_tokens_bound <= %lld: "
+             "single-wave order, above: lag order (lag from the bound, at most %d units)\n",
+             g->blocks, MM_FUSED_BLOCK_ROWS, g->lag, g->group, MM_FUSED_RING_MARGIN,
+             (long long)mm_fused_single_wave_limit(g, c, ranks), g->lag);
+    printf("fused counters: %d virtual blocks (the worst case at T_max) x %d counters x %d banks\n",
+           g->virtual_blocks, MM_FUSED_COUNTERS, MM_FLAG_BANKS);
+  }
+  printf("\n");
   printf("%-10s %-16s %16s %16s %8s %12s\n", "space", "region", "offset", "bytes", "align", "MiB");
   for (int space = 0; space < 2; ++space)
     for (int i = 0; i < MM_REGION_COUNT; ++i) {
@@ -196,6 +211,8 @@ static int cmd_info(int argc, char** argv) {
     }
   printf("\nsymmetric buffer: %.1f MiB per rank (NCCL window)\n", l.symmetric_bytes / 1048576.0);
   printf("workspace:        %.1f MiB per rank\n", l.workspace_bytes / 1048576.0);
+  printf("symmetric + workspace: %.1f MiB per rank (prepared weights apart)\n",
+         (l.symmetric_bytes + l.workspace_bytes) / 1048576.0);
   printf("prepared weights: %.1f MiB per rank (copy; peak during preparation the same); in place: %.1f MiB kept, "
          "peak %.1f MiB during preparation\n",
          l.prepared_weight_bytes / 1048576.0, l.in_place_resident_bytes / 1048576.0, l.in_place_peak_bytes / 1048576.0);

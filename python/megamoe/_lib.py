@@ -106,6 +106,10 @@ class megamoe_layout_info(Structure):
         ("prepared_weight_bytes", c_uint64),
         ("in_place_resident_bytes", c_uint64),
         ("in_place_peak_bytes", c_uint64),
+        ("ring_blocks", c_int32),
+        ("ring_lag", c_int32),
+        ("ring_group", c_int32),
+        ("ring_virtual_blocks", c_int32),
     ]
 
 

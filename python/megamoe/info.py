@@ -12,6 +12,7 @@ from .errors import check
 _lib_ = _lib.lib
 NVLS_VARIABLE = "NCCL_NVLS_ENABLE"
 _SPACES = {0: "symmetric", 1: "workspace"}
+_RING_BLOCK_ROWS = 128  # src/fused.h MM_FUSED_BLOCK_ROWS: rows of a ring slot
 
 
 def layout(config, num_ranks=1):
@@ -21,8 +22,11 @@ def layout(config, num_ranks=1):
        "symmetric_bytes", "workspace_bytes",
        "weights": {"copy": {"resident_bytes", "peak_bytes"},
                    "in_place": {"resident_bytes", "peak_bytes"}},
-       "regions": {name: {"space": "symmetric" | "workspace", "offset", "bytes", "align"}}}
-    regions lists those the config's arm uses (bytes > 0), in layout order."""
+       "regions": {name: {"space": "symmetric" | "workspace", "offset", "bytes", "align"}},
+       "ring": None, or for the fused arm {"blocks", "block_rows", "lag", "group", "virtual_blocks"}}
+    regions lists those the config's arm uses (bytes > 0), in layout order. The
+    fused arm's pool regions are its ring (docs/FUSED.md): pool_rows =
+    blocks * block_rows."""
     cfg = as_config(config)
     c = cfg.to_c()
     ranks = _rank_count(num_ranks)
@@ -45,6 +49,9 @@ def layout(config, num_ranks=1):
         "regions": {r.name.decode(): {"space": _SPACES.get(r.space, str(r.space)), "offset": r.offset,
                                       "bytes": r.bytes, "align": r.align}
                     for r in regions if r.bytes > 0},
+        "ring": None if info.ring_blocks == 0 else {
+            "blocks": info.ring_blocks, "block_rows": _RING_BLOCK_ROWS, "lag": info.ring_lag,
+            "group": info.ring_group, "virtual_blocks": info.ring_virtual_blocks},
     }
 
 

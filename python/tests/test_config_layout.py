@@ -72,9 +72,15 @@ def test_layout_agrees_with_the_size_queries():
                 assert r["offset"] >= end[r["space"]], f"{name} overlaps the region before it"
                 end[r["space"]] = r["offset"] + r["bytes"]
             assert end["symmetric"] <= d["symmetric_bytes"] and end["workspace"] <= d["workspace_bytes"]
-            # The staged arm keeps fp32 L1 accumulators, the split arm rows-ready counters.
+            # The staged arm keeps fp32 L1 accumulators, the split arm rows-ready counters, the
+            # fused arm a ring (its pool regions) with per-block counters and the call table.
             assert ("l1_acc" in d["regions"]) == (arm == "staged")
-            assert ("rows_ready" in d["regions"]) == (arm != "staged")
+            assert ("rows_ready" in d["regions"]) == (arm == "split")
+            assert ("block_counters" in d["regions"]) == ("call_tokens" in d["regions"]) == (arm == "fused")
+            assert (d["ring"] is not None) == (arm == "fused")
+            if d["ring"]:
+                assert d["pool_rows"] == d["ring"]["blocks"] * d["ring"]["block_rows"]
+                assert d["regions"]["block_counters"]["bytes"] == 2 * 3 * 4 * d["ring"]["virtual_blocks"]
 
 
 def test_pool_imbalance_shrinks_the_pool():
@@ -90,10 +96,23 @@ def _tool():
     return tool if tool.is_file() and os.access(tool, os.X_OK) else None
 
 
+def test_fused_ring_at_flash_ep8_fits_700_mib():
+    # docs/FUSED.md section 6: 4096/2048/256 experts/top-6, EP8, T_max 8192: 64 units, lag 29, ring of
+    # 8 x (29 + 4) + 4 = 268 blocks; symmetric + workspace within the 700 MiB.
+    d = megamoe.layout(dict(hidden=4096, intermediate=2048, num_experts=256, top_k=6, max_tokens_per_rank=8192,
+                            arm="fused"), 8)
+    assert d["ring"] == {"blocks": 268, "block_rows": 128, "lag": 29, "group": 4, "virtual_blocks": 3103}
+    assert d["symmetric_bytes"] + d["workspace_bytes"] <= 700 * 2**20
+    split = megamoe.layout(dict(hidden=4096, intermediate=2048, num_experts=256, top_k=6, max_tokens_per_rank=8192,
+                                arm="split"), 8)
+    assert d["symmetric_bytes"] == split["symmetric_bytes"] + 256  # the call table, one aligned region more
+
+
 @pytest.mark.skipif(_tool() is None, reason="the megamoe tool is not beside the library")
-def test_layout_is_what_megamoe_info_prints():
-    out = subprocess.run([str(_tool()), "info", "--model", "flash", "--ranks", "8"], capture_output=True,
-                         text=True, check=True, timeout=60).stdout
+@pytest.mark.parametrize("arm", ["staged", "split", "fused"])
+def test_layout_is_what_megamoe_info_prints(arm):
+    out = subprocess.run([str(_tool()), "info", "--model", "flash", "--ranks", "8", "--arm", arm],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
     m = re.search(r"config: H (\d+), I (\d+), E (\d+) \(\d+ per rank\), top-(\d+), T_max (\d+) per rank, G (\d+), "
                   r"(\d+) ranks, arm (\w+)", out)
     H, I, E, K, T, G, R = (int(v) for v in m.groups()[:7])
@@ -107,3 +126,8 @@ def test_layout_is_what_megamoe_info_prints():
                                  "align": int(parts[4])}
     assert printed == d["regions"]
     assert f"pool capacity: {d['pool_rows']} rows" in out
+    if arm == "fused":
+        r = d["ring"]
+        assert f"fused ring: {r['blocks']} blocks of 128 rows = 8 x (lag {r['lag']} + group {r['group']}) + 4" in out
+    else:
+        assert "fused ring" not in out

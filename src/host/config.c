@@ -102,6 +102,14 @@ megamoe_status megamoe_check_config(const megamoe_config* c, int num_ranks) {
   return MEGAMOE_OK;
 }
 
+megamoe_status mm_check_token_bound(const megamoe_config* c, int64_t num_tokens, int64_t bound) {
+  if (bound != 0 && (bound < num_tokens || bound > c->max_tokens_per_rank))
+    return mm_fail(MEGAMOE_ERR_TOO_MANY_TOKENS,
+                   "args->num_tokens_bound = %lld: must be 0 or in [num_tokens = %lld, max_tokens_per_rank = %lld]",
+                   (long long)bound, (long long)num_tokens, (long long)c->max_tokens_per_rank);
+  return MEGAMOE_OK;
+}
+
 megamoe_status mm_check_forward_args(const megamoe_config* c, const megamoe_forward_args* a) {
   MM_CHECK_NULL(a, "args");
   const int64_t T = a->num_tokens;
@@ -109,10 +117,7 @@ megamoe_status mm_check_forward_args(const megamoe_config* c, const megamoe_forw
   if (T > c->max_tokens_per_rank)
     return mm_fail(MEGAMOE_ERR_TOO_MANY_TOKENS, "args->num_tokens = %lld: above max_tokens_per_rank = %lld",
                    (long long)T, (long long)c->max_tokens_per_rank);
-  if (a->num_tokens_bound != 0 && (a->num_tokens_bound < T || a->num_tokens_bound > c->max_tokens_per_rank))
-    return mm_fail(MEGAMOE_ERR_TOO_MANY_TOKENS,
-                   "args->num_tokens_bound = %lld: must be 0 or in [num_tokens = %lld, max_tokens_per_rank = %lld]",
-                   (long long)a->num_tokens_bound, (long long)T, (long long)c->max_tokens_per_rank);
+  MM_TRY(mm_check_token_bound(c, T, a->num_tokens_bound));
   if (a->topk_idx_type != MEGAMOE_INDEX_INT32 && a->topk_idx_type != MEGAMOE_INDEX_INT64)
     return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "args->topk_idx_type = %d: not a megamoe_index_type",
                    (int)a->topk_idx_type);

@@ -16,6 +16,11 @@ extern "C" {
  * megamoe_forward that do not depend on the layer's state). */
 megamoe_status mm_check_forward_args(const megamoe_config* config, const megamoe_forward_args* args);
 
+/* num_tokens_bound of a call with num_tokens tokens: 0 or in [num_tokens,
+ * T_max], else MEGAMOE_ERR_TOO_MANY_TOKENS naming args->num_tokens_bound (a
+ * bound below the rank's own count, or above the layer's capacity). */
+megamoe_status mm_check_token_bound(const megamoe_config* config, int64_t num_tokens, int64_t bound);
+
 /* ---- Same config on every rank ----------------------------------------------
  * megamoe_create allgathers one print per rank before anything else, so a
  * rank with another config (or with arguments it rejected) is found on

@@ -17,6 +17,9 @@ const char* mm_site_name(int site) {
     case MM_SITE_GRID_BARRIER: return "an in-kernel grid barrier";
     case MM_SITE_HOST: return "the host-side checks of megamoe_forward";
     case MM_SITE_POOL: return "the expert pool layout";
+    case MM_SITE_TOKEN_BOUND: return "the fused arm's num_tokens_bound check";
+    case MM_SITE_RING: return "the fused arm's ring layout";
+    case MM_SITE_RING_SLOT: return "a pull waiting for its ring slot (the slot's previous block's L2 tiles)";
   }
   return "an unnamed site";
 }
@@ -114,6 +117,21 @@ megamoe_status mm_describe_device_error(const mm_error_report* r, const mm_statu
             "nothing written past the pool; raise pool_imbalance or route more evenly",
             ctx->rank, (unsigned long long)r->seen, (unsigned long long)r->want, ctx->pool_imbalance, r->detail,
             le);
+      } else if (st == MEGAMOE_ERR_TOO_MANY_TOKENS && r->where == MM_SITE_TOKEN_BOUND) {
+        /* fused.h mm_bound_verdict: peer = the rank named, detail = 1 when its bound differs. */
+        if (r->detail)
+          put(&t, "num_tokens_bound differs across ranks: %lld on rank %d, %lld on rank 0 (0 counts as "
+                  "max_tokens_per_rank); it must be identical on every rank",
+              (long long)(int64_t)r->seen, r->peer, (long long)(int64_t)r->want);
+        else
+          put(&t, "num_tokens_bound = %lld is below rank %d's num_tokens = %lld; the bound must cover every rank's "
+                  "count",
+              (long long)(int64_t)r->want, r->peer, (long long)(int64_t)r->seen);
+        put(&t, ". Every rank found it and stopped this forward: nothing computed, y not written");
+      } else if (st == MEGAMOE_ERR_TOO_MANY_TOKENS && r->where == MM_SITE_RING) {
+        put(&t, "the fused ring of rank %d holds %llu blocks, this forward's single-wave order needs %llu (its "
+                "num_tokens_bound promised fewer rows). Nothing computed, nothing written past the ring",
+            ctx->rank, (unsigned long long)r->want, (unsigned long long)r->seen);
       } else if (r->where == MM_SITE_HOST) {
         put(&t, "megamoe_forward failed on this rank with ");
         put_status_name(&t, code);

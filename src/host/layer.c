@@ -182,6 +182,8 @@ static void build_view(megamoe_layer* l, uint8_t** peers) {
   v->quant_group = c->quant_group;
   v->max_tokens = (int32_t)c->max_tokens_per_rank;
   v->pool_rows = (int32_t)l->layout.pool_rows;
+  v->ring_blocks = l->layout.ring.blocks;
+  v->virtual_blocks = l->layout.ring.virtual_blocks;
   v->has_clamp = c->has_swiglu_clamp;
   v->clamp = c->swiglu_clamp;
   v->ws = (uint8_t*)l->workspace;
@@ -277,6 +279,8 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
   MM_TRY(local);
   /* Config errors are the same on every rank now (same config): return at once. */
   MM_TRY(megamoe_check_config(config, num_ranks));
+  /* The fused arm's layout, ring and order exist (docs/FUSED.md, megamoe
+   * info, megamoe_layout); its kernel does not yet. */
   if (config->arm == MEGAMOE_ARM_FUSED)
     return mm_fail(MEGAMOE_ERR_NOT_IMPLEMENTED, "arm = %s: not built yet (staged and split exist)",
                    megamoe_arm_name(config->arm));

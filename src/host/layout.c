@@ -63,6 +63,7 @@ static const char* const region_names[MM_REGION_COUNT] = {
     [MM_SYM_ROUTE_COUNTS] = "route_counts",
     [MM_SYM_ROUTE_ENTRIES] = "route_entries",
     [MM_SYM_COMBINE] = "combine",
+    [MM_SYM_CALL_TOKENS] = "call_tokens",
     [MM_WS_STATUS] = "status",
     [MM_WS_EPOCH] = "epoch",
     [MM_WS_PEERS] = "peer_table",
@@ -81,6 +82,7 @@ static const char* const region_names[MM_REGION_COUNT] = {
     [MM_WS_L2_OUT] = "l2_out",
     [MM_WS_GRID_BARRIER] = "grid_barrier",
     [MM_WS_READY] = "rows_ready",
+    [MM_WS_BLOCK_COUNTERS] = "block_counters",
 };
 
 megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layout* out) {
@@ -88,6 +90,14 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   MM_CHECK_NULL(out, "layout");
   int64_t pool_rows = 0;
   MM_TRY(mm_pool_rows(c, num_ranks, &pool_rows));
+  /* The fused arm keeps no pool: its pool regions are the ring (docs/FUSED.md
+   * section 3), whatever pool_imbalance says. */
+  const int fused = c->arm == MEGAMOE_ARM_FUSED;
+  mm_fused_ring ring = {0, 0, 0, 0, 0};
+  if (fused) {
+    MM_TRY(mm_fused_ring_make(c, num_ranks, &ring));
+    pool_rows = (int64_t)ring.blocks * MM_FUSED_BLOCK_ROWS;
+  }
 
   size_calc s = {0};
   const uint64_t R = (uint64_t)num_ranks;
@@ -109,6 +119,7 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   bytes[MM_SYM_ROUTE_COUNTS] = mul(&s, mul(&s, R, El), 4);
   bytes[MM_SYM_ROUTE_ENTRIES] = mul(&s, mul(&s, mul(&s, R, T), K), sizeof(mm_route_entry));
   bytes[MM_SYM_COMBINE] = mul(&s, mul(&s, mul(&s, K, T), H), 2);
+  bytes[MM_SYM_CALL_TOKENS] = fused ? mul(&s, R, sizeof(mm_call_tokens)) : 0;
   bytes[MM_WS_STATUS] = sizeof(mm_device_status);
   bytes[MM_WS_EPOCH] = sizeof(uint64_t);
   bytes[MM_WS_PEERS] = MEGAMOE_MAX_RANKS * sizeof(uint64_t);
@@ -126,12 +137,14 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   bytes[MM_WS_L1_OUT_SF] = mul(&s, mul(&s, P, I / G), 4);
   bytes[MM_WS_L2_OUT] = staged ? mul(&s, mul(&s, P, H), 2) : 0;
   bytes[MM_WS_GRID_BARRIER] = sizeof(mm_grid_barrier_state);
-  bytes[MM_WS_READY] = staged ? 0 : mul(&s, P / MM_READY_BLOCK_ROWS, 4);
+  bytes[MM_WS_READY] = c->arm == MEGAMOE_ARM_SPLIT ? mul(&s, P / MM_READY_BLOCK_ROWS, 4) : 0;
+  bytes[MM_WS_BLOCK_COUNTERS] = mul(&s, mul(&s, MM_FLAG_BANKS * MM_FUSED_COUNTERS, (uint64_t)ring.virtual_blocks), 4);
 
   memset(out, 0, sizeof *out);
   out->num_ranks = num_ranks;
   out->local_experts = (int64_t)El;
   out->pool_rows = pool_rows;
+  out->ring = ring;
   uint64_t cursor[2] = {0, 0};
   for (int id = 0; id < MM_REGION_COUNT; ++id) {
     mm_region* r = &out->regions[id];

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "contract.h"
+#include "fused_plan.h"
 #include "megamoe.h"
 
 #ifdef __cplusplus
@@ -29,7 +30,10 @@ typedef struct mm_region {
 typedef struct mm_layout {
   int num_ranks;
   int64_t local_experts;  /* E_l */
-  int64_t pool_rows;      /* P: capacity of the expert-major pool */
+  int64_t pool_rows;      /* P: capacity of the expert-major pool; the fused arm's ring rows */
+  /* The fused arm's ring (fused_plan.h; all 0 for the other arms): the pool
+   * regions hold ring.blocks slots of MM_FUSED_BLOCK_ROWS rows. */
+  mm_fused_ring ring;
   uint64_t symmetric_bytes;
   uint64_t workspace_bytes;
   uint64_t prepared_weight_bytes;   /* copying mode: the layer's full prepared copy */

@@ -122,6 +122,10 @@ megamoe_status megamoe_layout(const megamoe_config* config, int num_ranks, megam
   out.prepared_weight_bytes = l.prepared_weight_bytes;
   out.in_place_resident_bytes = l.in_place_resident_bytes;
   out.in_place_peak_bytes = l.in_place_peak_bytes;
+  out.ring_blocks = l.ring.blocks;
+  out.ring_lag = l.ring.lag;
+  out.ring_group = l.ring.group;
+  out.ring_virtual_blocks = l.ring.virtual_blocks;
   *info = out;
   if (regions)
     for (int i = 0; i < MM_REGION_COUNT; ++i) {

@@ -30,6 +30,10 @@ extern const mm_test mm_gemm_gpu_tests[];
  * proxy fence), their deadlines, and controls that plant each bug. */
 extern const mm_test mm_comm_gpu_tests[];
 
+/* tests/gpu/test_fused.cu: the fused arm's task stream (src/fused.h) decoded
+ * on the device, compared with the host's. */
+extern const mm_test mm_fused_gpu_tests[];
+
 /* tests/gpu/test_sanitize.cu: one planted bug per compute-sanitizer tool,
  * run only with MEGAMOE_SANITIZE_CONTROL=1 (scripts/sanitize.sh). */
 extern const mm_test mm_sanitize_controls[];

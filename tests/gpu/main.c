@@ -177,6 +177,7 @@ static int count_all(const char* filter) {
   }
   for (const mm_test* t = mm_gemm_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
   for (const mm_test* t = mm_comm_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
+  for (const mm_test* t = mm_fused_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
   /* Layer tests in 3 variants, error and fuzz tests in 2, at up to 3 rank counts (as main runs them). */
   for (const mm_rank_test* t = mm_layer_tests; t->name; ++t) n += 3 * 2 * name_matches(filter, t->name);
   for (const mm_rank_test* t = mm_error_tests; t->name; ++t) n += 2 * 2 * name_matches(filter, t->name);
@@ -205,7 +206,7 @@ static int variant_chosen(const variant_choice* c, const char* engine, const cha
 }
 
 static void list_tests(void) {
-  const mm_test* const singles[] = {mm_gemm_gpu_tests, mm_comm_gpu_tests, mm_sanitize_controls};
+  const mm_test* const singles[] = {mm_gemm_gpu_tests, mm_comm_gpu_tests, mm_fused_gpu_tests, mm_sanitize_controls};
   const mm_rank_test* const ranked[] = {mm_layer_tests, mm_error_tests, mm_fuzz_tests};
   for (size_t i = 0; i < sizeof singles / sizeof singles[0]; ++i)
     for (const mm_test* t = singles[i]; t->name; ++t) printf("%s\n", t->name);
@@ -260,6 +261,8 @@ int main(int argc, char** argv) {
   run_suite(&gemm, 1, &counts);
   suite_run comm = {"comm", mm_comm_gpu_tests, NULL, filter, seed, -1};
   run_suite(&comm, 1, &counts);
+  suite_run fused = {"fused", mm_fused_gpu_tests, NULL, filter, seed, -1};
+  run_suite(&fused, 1, &counts);
 
   /* Every layer variant: the staged arm on both GEMM engines (the simple one
    * is the oracle), the split arm (on the wgmma engine it is built on). The

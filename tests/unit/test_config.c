@@ -161,7 +161,8 @@ const mm_test unit_suite_config[] = {
 /* Regions the arm does not use (0 bytes); every other region must be sized. */
 static int region_unused(mm_region_id id, megamoe_arm arm) {
   if (id == MM_WS_L1_ACC || id == MM_WS_L2_OUT) return arm != MEGAMOE_ARM_STAGED; /* staged only */
-  if (id == MM_WS_READY) return arm == MEGAMOE_ARM_STAGED;                         /* split and fused */
+  if (id == MM_WS_READY) return arm != MEGAMOE_ARM_SPLIT;                          /* split only */
+  if (id == MM_SYM_CALL_TOKENS || id == MM_WS_BLOCK_COUNTERS) return arm != MEGAMOE_ARM_FUSED; /* fused only */
   return 0;
 }
 
@@ -174,21 +175,35 @@ static mm_test_result check_layout(const megamoe_config* c, int ranks) {
   CHECK_EQ_INT(l.num_ranks, ranks);
   CHECK_EQ_INT(l.local_experts, El);
   /* Every routed slot of every rank may land here, and each local expert
-   * may need up to MM_POOL_ROW_ALIGN - 1 rows of padding. */
+   * may need up to MM_POOL_ROW_ALIGN - 1 rows of padding. The fused arm
+   * keeps a ring instead: 8 (lag + group) + 4 blocks, or the worst case when
+   * that is smaller (docs/FUSED.md section 3). */
   const uint64_t P = (uint64_t)l.pool_rows;
-  CHECK(P >= R * T * K);
-  CHECK(P >= R * T * K + El * (MM_POOL_ROW_ALIGN - 1));
   CHECK(P <= INT32_MAX);
-  int64_t pool = 0;
-  CHECK_OK(mm_pool_rows(c, ranks, &pool));
-  CHECK_EQ_INT(pool, l.pool_rows);
+  if (c->arm == MEGAMOE_ARM_FUSED) {
+    const mm_fused_ring* g = &l.ring;
+    const int64_t worst = mm_fused_worst_blocks(c, ranks, c->max_tokens_per_rank);
+    CHECK_EQ_INT(P, (uint64_t)g->blocks * MM_FUSED_BLOCK_ROWS);
+    CHECK_EQ_INT(g->virtual_blocks, worst);
+    CHECK(g->lag >= MM_FUSED_LAG_MIN && g->lag <= MM_FUSED_LAG_MAX && g->group == MM_FUSED_GROUP);
+    CHECK_EQ_INT(g->blocks, g->clamped ? worst : MM_FUSED_UNIT_BLOCKS * (g->lag + g->group) + MM_FUSED_RING_MARGIN);
+    CHECK(g->blocks <= worst);
+    CHECK(worst * MM_FUSED_BLOCK_ROWS >= (int64_t)(R * T * K)); /* the counters cover every routed row */
+  } else {
+    CHECK(P >= R * T * K);
+    CHECK(P >= R * T * K + El * (MM_POOL_ROW_ALIGN - 1));
+    int64_t pool = 0;
+    CHECK_OK(mm_pool_rows(c, ranks, &pool));
+    CHECK_EQ_INT(pool, l.pool_rows);
+    CHECK_EQ_INT(l.ring.blocks, 0);
+  }
 
   const uint64_t totals[2] = {l.symmetric_bytes, l.workspace_bytes};
   for (int id = 0; id < MM_REGION_COUNT; ++id) {
     const mm_region* r = &l.regions[id];
     CHECK_MSG(r->name != NULL && r->name[0] != '\0', "region %d has no name", id);
     for (int other = 0; other < id; ++other) CHECK(strcmp(r->name, l.regions[other].name) != 0);
-    CHECK_EQ_INT(r->space, id <= MM_SYM_COMBINE ? MM_SPACE_SYMMETRIC : MM_SPACE_WORKSPACE);
+    CHECK_EQ_INT(r->space, id < MM_FIRST_WORKSPACE_REGION ? MM_SPACE_SYMMETRIC : MM_SPACE_WORKSPACE);
     CHECK_MSG(r->align >= MM_REGION_ALIGN && (r->align & (r->align - 1)) == 0, "%s align %llu", r->name,
               (unsigned long long)r->align);
     CHECK_MSG(r->offset % r->align == 0, "%s offset %llu", r->name, (unsigned long long)r->offset);
@@ -224,6 +239,16 @@ static mm_test_result check_layout(const megamoe_config* c, int ranks) {
     CHECK_EQ_INT(l.regions[MM_WS_L1_ACC].bytes, P * 2 * I * 4);
     CHECK_EQ_INT(l.regions[MM_WS_L2_OUT].bytes, P * H * 2);
   }
+  if (c->arm == MEGAMOE_ARM_FUSED) {
+    CHECK_EQ_INT(l.regions[MM_SYM_CALL_TOKENS].bytes, R * sizeof(mm_call_tokens));
+    CHECK_EQ_INT(l.regions[MM_WS_BLOCK_COUNTERS].bytes,
+                 (uint64_t)MM_FLAG_BANKS * MM_FUSED_COUNTERS * 4 * (uint64_t)l.ring.virtual_blocks);
+  }
+  /* What megamoe_layout (the bindings' view) says about the ring. */
+  megamoe_layout_info info;
+  CHECK_OK(megamoe_layout(c, ranks, &info, NULL, 0));
+  CHECK(info.ring_blocks == l.ring.blocks && info.ring_lag == l.ring.lag && info.ring_group == l.ring.group &&
+        info.ring_virtual_blocks == l.ring.virtual_blocks && info.pool_rows == l.pool_rows);
 
   size_t sym = 0, ws = 0;
   CHECK_OK(megamoe_buffer_sizes(c, ranks, &sym, &ws));

@@ -185,17 +185,7 @@ static mm_status_context context(void) {
 }
 
 static mm_error_report report(int code, int where, int peer, int detail, uint64_t seen, uint64_t want) {
-  mm_error_report r;
-  memset(&r, 0, sizeof r);
-  r.key = (7ull << MM_STATUS_KEY_SHIFT) | (uint64_t)code;
-  r.forward = 7;
-  r.code = code;
-  r.where = where;
-  r.peer = peer;
-  r.detail = detail;
-  r.seen = seen;
-  r.want = want;
-  return r;
+  return unit_report(7, code, where, peer, detail, seen, want);
 }
 
 #define CHECK_HAS(msg, text) CHECK_MSG(strstr((msg), (text)) != NULL, "\"%s\" lacks \"%s\"", (msg), (text))

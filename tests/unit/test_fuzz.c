@@ -14,8 +14,9 @@
  * the checker's documented order) and its message must name that argument.
  * An accepted config's layout must hold its own invariants: regions
  * 256-byte aligned, inside their space, not overlapping, sized by the
- * formulas of DESIGN.md section 4, the totals equal to what the public size
- * queries return. */
+ * formulas of DESIGN.md section 4 (the fused arm's ring, counters and call
+ * table by those of docs/FUSED.md section 3), the totals equal to what the
+ * public size queries return. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -120,9 +121,26 @@ static int layout_ok(const megamoe_config* c, int R, const mm_layout* l, char* w
   const uint64_t H = (uint64_t)c->hidden, I = (uint64_t)c->intermediate, K = (uint64_t)c->top_k;
   const uint64_t T = (uint64_t)c->max_tokens_per_rank, P = (uint64_t)l->pool_rows;
   const uint64_t El = (uint64_t)(c->num_experts / R);
+  const int fused = c->arm == MEGAMOE_ARM_FUSED;
   if (l->num_ranks != R || (uint64_t)l->local_experts != El) return snprintf(why, n, "rank or expert count"), 0;
-  if (P % MM_POOL_ROW_ALIGN || P > (uint64_t)INT32_MAX || P < El * MM_POOL_ROW_ALIGN)
+  if (P % MM_POOL_ROW_ALIGN || P > (uint64_t)INT32_MAX || (!fused && P < El * MM_POOL_ROW_ALIGN))
     return snprintf(why, n, "pool rows %llu", (unsigned long long)P), 0;
+  /* The fused arm's pool regions are its ring (docs/FUSED.md section 3): the
+   * lag ring 8 (lag + group) + 4, or the worst case at T_max when smaller;
+   * the per-block counters cover the worst case, which covers every routed
+   * row; lag and group as the rule gives them. */
+  if (fused) {
+    const mm_fused_ring* g = &l->ring;
+    const uint64_t worst = (R * T * K + 127 * El) / 128 < R * T * K ? (R * T * K + 127 * El) / 128 : R * T * K;
+    const uint64_t lagged = 8 * (uint64_t)(g->lag + g->group) + 4;
+    if (g->lag < 8 || g->lag > 64 || g->group != 4 || (uint64_t)g->virtual_blocks != worst ||
+        (uint64_t)g->blocks != (lagged < worst ? lagged : worst) || g->clamped != (worst <= lagged) ||
+        P != (uint64_t)g->blocks * 128 || worst * 128 < R * T * K)
+      return snprintf(why, n, "fused ring: %d blocks, lag %d, group %d, %d virtual blocks (worst case %llu)",
+                      g->blocks, g->lag, g->group, g->virtual_blocks, (unsigned long long)worst), 0;
+  } else if (l->ring.blocks || l->ring.virtual_blocks) {
+    return snprintf(why, n, "a ring on arm %s", megamoe_arm_name(c->arm)), 0;
+  }
   const uint64_t total[2] = {l->symmetric_bytes, l->workspace_bytes};
   if (total[0] % MM_REGION_ALIGN || total[1] % MM_REGION_ALIGN) return snprintf(why, n, "totals not aligned"), 0;
   for (int id = 0; id < MM_REGION_COUNT; ++id) {
@@ -148,16 +166,20 @@ static int layout_ok(const megamoe_config* c, int R, const mm_layout* l, char* w
     if (l->regions[want[i].id].bytes != want[i].bytes)
       return snprintf(why, n, "%s has %llu bytes, want %llu", l->regions[want[i].id].name,
                       (unsigned long long)l->regions[want[i].id].bytes, (unsigned long long)want[i].bytes), 0;
-  const int staged = c->arm == MEGAMOE_ARM_STAGED;
+  const int staged = c->arm == MEGAMOE_ARM_STAGED, split = c->arm == MEGAMOE_ARM_SPLIT;
   if ((l->regions[MM_WS_L1_ACC].bytes != 0) != staged || (l->regions[MM_WS_L2_OUT].bytes != 0) != staged ||
-      (l->regions[MM_WS_READY].bytes != 0) == staged)
+      (l->regions[MM_WS_READY].bytes != 0) != split || (l->regions[MM_SYM_CALL_TOKENS].bytes != 0) != fused ||
+      (l->regions[MM_WS_BLOCK_COUNTERS].bytes != 0) != fused)
     return snprintf(why, n, "arm-specific regions for arm %s", megamoe_arm_name(c->arm)), 0;
+  if (fused && (l->regions[MM_SYM_CALL_TOKENS].bytes != R * sizeof(mm_call_tokens) ||
+                l->regions[MM_WS_BLOCK_COUNTERS].bytes != 2 * 3 * 4 * (uint64_t)l->ring.virtual_blocks))
+    return snprintf(why, n, "fused call table or counters mis-sized"), 0;
   return 1;
 }
 
 static mm_test_result fuzz_run(uint64_t salt, int iterations) {
   mm_rng g = unit_rng(salt);
-  int accepted = 0, laid_out = 0, overflow = 0;
+  int accepted = 0, laid_out = 0, overflow = 0, fused_laid_out = 0, wrapping = 0;
   int by_status[MEGAMOE_STATUS_COUNT] = {0};
   for (int i = 0; i < iterations; ++i) {
     megamoe_config c;
@@ -203,14 +225,17 @@ static mm_test_result fuzz_run(uint64_t salt, int iterations) {
     CHECK_OK(megamoe_weight_memory(&c, R, MEGAMOE_WEIGHTS_IN_PLACE, &res_place, &peak_place));
     CHECK(res_copy == peak_copy && res_place <= peak_place && peak_place < res_copy);
     laid_out++;
+    fused_laid_out += c.arm == MEGAMOE_ARM_FUSED;
+    wrapping += c.arm == MEGAMOE_ARM_FUSED && !l.ring.clamped;
   }
-  printf("    %d configs: %d accepted (%d laid out, %d too large for 64-bit sizes); rejections:", iterations, accepted,
-         laid_out, overflow);
+  printf("    %d configs: %d accepted (%d laid out, %d of them fused, %d with a wrapping ring; %d too large for "
+         "64-bit sizes); rejections:", iterations, accepted, laid_out, fused_laid_out, wrapping, overflow);
   for (int s = 1; s < MEGAMOE_STATUS_COUNT; ++s)
     if (by_status[s]) printf(" %s %d", megamoe_status_string((megamoe_status)s), by_status[s]);
   printf("\n");
   /* The draws must reach both sides (a fuzz that only ever rejects tests little). */
   CHECK(laid_out > iterations / 50 && accepted < iterations);
+  CHECK(fused_laid_out > laid_out / 5 && wrapping > 0 && wrapping < fused_laid_out); /* both ring kinds */
   return MM_TEST_PASS;
 }
 

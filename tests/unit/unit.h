@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "../harness.h"
+#include "contract.h"
 
 /* Base seed of this run (main.c prints it; MEGAMOE_TEST_SEED replays one). */
 extern uint64_t unit_seed;
@@ -13,6 +14,23 @@ extern uint64_t unit_seed;
  * tests do not share streams and a failure replays from the printed seed. */
 static inline mm_rng unit_rng(uint64_t salt) {
   mm_rng r = {unit_seed ^ (salt * 0xd1342543de82ef95ull)};
+  return r;
+}
+
+/* A device error report as a kernel records it (contract.h), for the
+ * message tests. */
+static inline mm_error_report unit_report(uint64_t forward, int code, int where, int peer, int detail, uint64_t seen,
+                                          uint64_t want) {
+  mm_error_report r;
+  memset(&r, 0, sizeof r);
+  r.key = (forward << MM_STATUS_KEY_SHIFT) | (uint64_t)code;
+  r.forward = forward;
+  r.code = code;
+  r.where = where;
+  r.peer = peer;
+  r.detail = detail;
+  r.seen = seen;
+  r.want = want;
   return r;
 }
 
@@ -37,5 +55,6 @@ extern const mm_test unit_suite_fuzz[];
 extern const mm_test unit_suite_soak[];
 extern const mm_test unit_suite_fuzz_checks[];
 extern const mm_test unit_suite_fault_judge[];
+extern const mm_test unit_suite_fused[];
 
 #endif

@@ -1,0 +1,58 @@
+/* The fused arm's ring and per-call order on the host (docs/FUSED.md
+ * sections 3-5): how many ring slots the layout holds (from T_max, at
+ * create) and which order a call takes (from its num_tokens_bound). Pure
+ * host C: no CUDA call, so the CPU tests check every number. */
+#ifndef MEGAMOE_FUSED_PLAN_H
+#define MEGAMOE_FUSED_PLAN_H
+
+#include <stdint.h>
+
+#include "fused.h"
+#include "megamoe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The ring a layer holds (fixed at create). */
+typedef struct mm_fused_ring {
+  int32_t blocks;         /* slots of MM_FUSED_BLOCK_ROWS rows */
+  int32_t lag, group;     /* the lag order it is sized for: blocks = 8 (lag + group) + 4 unless clamped */
+  int32_t clamped;        /* 1: the ring holds the worst case at T_max, never wraps, every call is single-wave */
+  int32_t virtual_blocks; /* blocks of the worst case at T_max: the per-block counters of one bank */
+} mm_fused_ring;
+
+/* Units of a call of `tokens` tokens per rank under uniform routing: each
+ * local expert receives tokens * K / E_l rows (R * tokens * K slots over E
+ * experts, E_l of them here), cut in units of MM_FUSED_UNIT_ROWS. */
+int64_t mm_fused_units_estimate(const megamoe_config* config, int num_ranks, int64_t tokens);
+
+/* The lag rule: clamp(round(0.45 units), 8, 64) in integers (halves round up). */
+int32_t mm_fused_lag_rule(int64_t units);
+
+/* An upper bound of the blocks a forward lays out when every rank holds at
+ * most `tokens` tokens, whatever the routing: N = R * tokens * K rows over E_l
+ * experts take sum ceil(n_e / 128) <= (N + 127 E_l) / 128 blocks, and never
+ * more than N. */
+int64_t mm_fused_worst_blocks(const megamoe_config* config, int num_ranks, int64_t tokens);
+
+/* The ring of a fused layer: sized for the lag of T_max, clamped to the worst
+ * case at T_max. Checks the config first. */
+megamoe_status mm_fused_ring_make(const megamoe_config* config, int num_ranks, mm_fused_ring* ring);
+
+/* The order of one call: num_tokens_bound (0: T_max) must be 0 or in
+ * [num_tokens, T_max] (MEGAMOE_ERR_TOO_MANY_TOKENS naming num_tokens_bound,
+ * as megamoe_forward says). Single wave when the worst case at the bound fits
+ * the ring, else the lag order with the bound's lag (never above the ring's). */
+megamoe_status mm_fused_call_order(const mm_fused_ring* ring, const megamoe_config* config, int num_ranks,
+                                   int64_t num_tokens, int64_t num_tokens_bound, mm_fused_order* order);
+
+/* The largest bound in [0, T_max] whose calls take the single-wave order (what
+ * `megamoe info` prints). */
+int64_t mm_fused_single_wave_limit(const mm_fused_ring* ring, const megamoe_config* config, int num_ranks);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

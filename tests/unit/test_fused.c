@@ -1,0 +1,699 @@
+/* The fused arm's schedule on the CPU (docs/FUSED.md; issue 11): the ring's
+ * size and the per-call order (src/host/fused_plan.c), the task stream the
+ * kernel will decode (src/fused.h), and the claim the ring rests on: in the
+ * stream's order, every block written into a ring slot is read by its L2
+ * tiles before the slot is written again, with the slot guard the only wait
+ * that enforces it, and no wait ever points forward in the stream (so the
+ * static round-robin of tasks over CTAs cannot deadlock).
+ *
+ * Three checks of that claim, each over many shapes and skewed routings:
+ *   - static: block by block, the last L2 task of the slot's previous block
+ *     comes before the first L1 task of the next (the guard points back), and
+ *     the live set (blocks between their first L1 and last L2) stays within
+ *     8 (lag + group) blocks, under the ring;
+ *   - dynamic: CTAs and pull warps run the stream in random interleavings,
+ *     each waiting exactly where the kernel will wait; a shadow owner per slot
+ *     fails the run when a slot is overwritten while its block still has a
+ *     reader, and a state where nobody can move is a deadlock;
+ *   - both can fail: a ring one block short of 8 (lag + group) breaks the
+ *     static check on an adversarial shape, and the simulation without its
+ *     slot guard overwrites live slots. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fused.h"
+#include "host/config.h"
+#include "host/device_status.h"
+#include "host/fused_plan.h"
+#include "host/layout.h"
+#include "megamoe.h"
+#include "unit.h"
+
+/* ---- Streams over caller-owned arrays -------------------------------------- */
+typedef struct test_stream {
+  mm_fused_stream s;
+  int32_t* mem;
+} test_stream;
+
+static void stream_make(test_stream* t, mm_fused_order order, int32_t experts, const int32_t* rows, int bm0,
+                        int bm1, int tn0, int tn1) {
+  t->mem = (int32_t*)malloc(sizeof(int32_t) * MM_FUSED_STREAM_WORDS(experts));
+  memset(&t->s, 0, sizeof t->s);
+  mm_fused_stream_init(&t->s, order, experts, rows, t->mem, bm0, bm1, tn0, tn1);
+}
+
+static void stream_free(test_stream* t) { free(t->mem); }
+
+/* The order as docs/FUSED.md section 2 states it, written apart from
+ * src/fused.h: phases; in each, the L1 tasks of its units, then the L2
+ * tasks of its units; units in order; inside a unit, for each n-tile the
+ * unit's m-tiles. Fills out[] (capacity cap) and returns the task count. */
+static int64_t model_phase(const mm_fused_order* o, int gemm, int64_t u) {
+  if (o->single_wave) return gemm;
+  return gemm == 0 ? u / o->group : (u + o->lag) / o->group;
+}
+
+static int64_t model_enumerate(const mm_fused_stream* s, mm_fused_task* out, int64_t cap) {
+  int64_t units = 0, last_phase = -1;
+  for (int32_t e = 0; e < s->experts; ++e) units += (s->rows[e] + MM_FUSED_UNIT_ROWS - 1) / MM_FUSED_UNIT_ROWS;
+  if (units) last_phase = model_phase(&s->order, 1, units - 1);
+  int64_t n = 0;
+  for (int64_t j = 0; j <= last_phase; ++j)
+    for (int gemm = 0; gemm < 2; ++gemm) {
+      int64_t u = 0, block = 0;
+      for (int32_t e = 0; e < s->experts; ++e) {
+        for (int32_t q = 0; (int64_t)q * MM_FUSED_UNIT_ROWS < s->rows[e]; ++q, ++u) {
+          if (model_phase(&s->order, gemm, u) != j) continue;
+          const int32_t unit_rows = s->rows[e] - q * MM_FUSED_UNIT_ROWS < MM_FUSED_UNIT_ROWS
+                                        ? s->rows[e] - q * MM_FUSED_UNIT_ROWS
+                                        : MM_FUSED_UNIT_ROWS;
+          const int32_t bm = s->bm[gemm], mt = (unit_rows + bm - 1) / bm;
+          for (int32_t nt = 0; nt < s->tiles_n[gemm]; ++nt)
+            for (int32_t i = 0; i < mt; ++i, ++n) {
+              if (n >= cap) continue;
+              mm_fused_task* t = &out[n];
+              t->gemm = gemm;
+              t->expert = e;
+              t->unit = u;
+              t->m = q * (MM_FUSED_UNIT_ROWS / bm) + i;
+              t->n = nt;
+              t->row0 = t->m * bm;
+              t->rows = s->rows[e] - t->row0 < bm ? s->rows[e] - t->row0 : bm;
+              t->block0 = block + t->row0 / MM_FUSED_BLOCK_ROWS;
+            }
+        }
+        block += (s->rows[e] + MM_FUSED_BLOCK_ROWS - 1) / MM_FUSED_BLOCK_ROWS;
+      }
+    }
+  return n;
+}
+
+/* Every task of the stream, in stream order, decoded by mm_fused_task_at
+ * (the caller frees it). */
+static mm_fused_task* decode_all(const mm_fused_stream* s) {
+  mm_fused_task* tasks = (mm_fused_task*)malloc(sizeof(mm_fused_task) * (size_t)(s->tasks + 1));
+  for (int64_t t = 0; t < s->tasks; ++t) mm_fused_task_at(s, t, &tasks[t]);
+  return tasks;
+}
+
+/* Virtual blocks a task covers: [block0, last]. */
+static int64_t task_last_block(const mm_fused_task* t) {
+  return t->block0 + (t->row0 % MM_FUSED_BLOCK_ROWS + t->rows - 1) / MM_FUSED_BLOCK_ROWS;
+}
+
+/* ---- Routings --------------------------------------------------------------
+ * Rows per local expert of one forward: N rows (what the ranks routed here)
+ * spread over E_l experts by one of several skews. */
+enum { SKEW_EVEN, SKEW_ZIPF, SKEW_ONE, SKEW_HOLES, SKEW_RANDOM, SKEW_KINDS };
+static const char* const kSkewNames[SKEW_KINDS] = {"even", "zipf", "one expert", "holes", "random"};
+
+static void draw_rows(mm_rng* g, int skew, int64_t N, int32_t El, int32_t* rows) {
+  memset(rows, 0, sizeof(int32_t) * (size_t)El);
+  if (N <= 0) return;
+  double w[1024], total = 0;
+  for (int32_t e = 0; e < El; ++e) {
+    switch (skew) {
+      case SKEW_EVEN: w[e] = 1.0; break;
+      case SKEW_ZIPF: w[e] = 1.0 / (double)((e * 7 + 3) % El + 1); break;
+      case SKEW_ONE: w[e] = e == El / 2 ? 1.0 : 0.0; break;
+      case SKEW_HOLES: w[e] = mm_rng_below(g, 3) ? 0.0 : 1.0; break;
+      default: w[e] = mm_rng_uniform(g); break;
+    }
+    total += w[e];
+  }
+  if (total == 0) w[0] = total = 1.0;
+  int64_t left = N;
+  for (int32_t e = 0; e < El && left > 0; ++e) {
+    int64_t r = (int64_t)((double)N * w[e] / total);
+    if (r > left) r = left;
+    rows[e] = (int32_t)r;
+    left -= r;
+  }
+  while (left-- > 0) rows[mm_rng_below(g, (uint64_t)El)]++; /* the remainder anywhere: ragged last blocks */
+}
+
+/* ---- The static check ---------------------------------------------------------
+ * Walks the decoded stream. Per block: the first and last
+ * position of its L1 tasks and of its L2 tasks. Then: every block's L1 ends
+ * before its L2 starts; the guard's block (the slot's previous occupant) ends
+ * its L2 before the block's first L1; the live set stays within live_limit
+ * blocks; a single-wave stream fits the ring. why: the first broken rule. */
+static int static_check(const mm_fused_stream* s, const mm_fused_task* tasks, int64_t live_limit, char* why,
+                        size_t n) {
+  const int64_t B = s->blocks;
+  int64_t* pos = (int64_t*)malloc(sizeof(int64_t) * 4 * (size_t)(B ? B : 1));
+  int64_t* delta = (int64_t*)calloc((size_t)s->tasks + 2, sizeof(int64_t));
+  int ok = 1;
+  for (int64_t b = 0; b < B; ++b) pos[4 * b] = pos[4 * b + 2] = INT64_MAX, pos[4 * b + 1] = pos[4 * b + 3] = -1;
+  for (int64_t t = 0; t < s->tasks; ++t) {
+    const mm_fused_task* k = &tasks[t];
+    for (int64_t b = k->block0; b <= task_last_block(k); ++b) {
+      int64_t* p = &pos[4 * b + 2 * k->gemm];
+      if (t < p[0]) p[0] = t;
+      p[1] = t;
+    }
+  }
+  for (int64_t b = 0; b < B && ok; ++b) {
+    const int64_t* p = &pos[4 * b];
+    if (p[1] < 0 || p[3] < 0) ok = 0, snprintf(why, n, "block %lld has no L1 or no L2 task", (long long)b);
+    else if (p[1] >= p[2])
+      ok = 0, snprintf(why, n, "block %lld: last L1 at %lld, first L2 at %lld", (long long)b, (long long)p[1],
+                       (long long)p[2]);
+    const int64_t pred = mm_fused_slot_predecessor(&s->order, b);
+    if (ok && !s->order.single_wave && pred >= 0 && pos[4 * pred + 3] >= p[0])
+      ok = 0, snprintf(why, n, "block %lld (slot %lld): first L1 at %lld, but block %lld's last L2 is at %lld",
+                       (long long)b, (long long)(b % s->order.ring_blocks), (long long)p[0], (long long)pred,
+                       (long long)pos[4 * pred + 3]);
+    if (ok) delta[p[0]]++, delta[p[3] + 1]--;
+  }
+  int64_t live = 0, most = 0;
+  for (int64_t t = 0; ok && t <= s->tasks; ++t) {
+    live += delta[t];
+    if (live > most) most = live;
+  }
+  if (ok && most > live_limit)
+    ok = 0, snprintf(why, n, "%lld blocks live at once, above %lld", (long long)most, (long long)live_limit);
+  if (ok && s->order.single_wave && B > s->order.ring_blocks)
+    ok = 0, snprintf(why, n, "single wave of %lld blocks in a ring of %d", (long long)B, s->order.ring_blocks);
+  free(pos);
+  free(delta);
+  return ok;
+}
+
+/* ---- The dynamic check ----------------------------------------------------------
+ * `ctas` CTAs take tasks t = c, c + ctas, ... in order (the static
+ * round-robin); `pulls` pull warps take virtual rows w, w + pulls, ... in
+ * order, skipping padding rows. Each waits where the kernel waits:
+ *   pull of a row of block b:  L2_DONE of mm_fused_slot_predecessor(b) complete
+ *   L1 task:                   PULLED of each block it covers complete
+ *   L2 task:                   L1_DONE of each block it covers complete
+ * and counts rows into the counters when it runs (a pull warp runs a burst of
+ * up to 16 of its rows, stopping at one that must wait). Every step runs a
+ * ready agent chosen at random. A shadow owner per slot checks what the guard
+ * must guarantee. guard = 0 plants the bug of a missing slot guard. */
+typedef struct sim_result {
+  int ok;
+  char why[256];
+} sim_result;
+
+typedef struct sim {
+  const mm_fused_stream* s;
+  const mm_fused_task* tasks;
+  int ctas, pulls, guard;
+  int64_t* count[MM_FUSED_COUNTERS];
+  int64_t* owner;  /* [ring] the block a slot holds, -1: none yet */
+  int64_t next[64]; /* per agent: CTAs' next task, pull warps' next virtual row */
+  sim_result res;
+} sim;
+
+static int sim_complete(const sim* m, int kind, int64_t b) {
+  return m->count[kind][b] == mm_fused_counter_target(m->s, kind, b);
+}
+
+/* The next row of pull warp a that is not padding (or past the end). */
+static int64_t sim_pull_row(sim* m, int a) {
+  const int64_t end = m->s->blocks * MM_FUSED_BLOCK_ROWS;
+  int64_t* r = &m->next[a];
+  while (*r < end && *r % MM_FUSED_BLOCK_ROWS >= mm_fused_block_rows(m->s, *r / MM_FUSED_BLOCK_ROWS)) *r += m->pulls;
+  return *r < end ? *r : -1;
+}
+
+/* 1: agent a can move now; 0: it waits; -1: it is done. */
+static int sim_ready(sim* m, int a) {
+  if (a < m->ctas) {
+    if (m->next[a] >= m->s->tasks) return -1;
+    const mm_fused_task* k = &m->tasks[m->next[a]];
+    const int need = k->gemm == 0 ? MM_FUSED_PULLED : MM_FUSED_L1_DONE;
+    for (int64_t b = k->block0; b <= task_last_block(k); ++b)
+      if (!sim_complete(m, need, b)) return 0;
+    return 1;
+  }
+  const int64_t r = sim_pull_row(m, a);
+  if (r < 0) return -1;
+  const int64_t pred = mm_fused_slot_predecessor(&m->s->order, r / MM_FUSED_BLOCK_ROWS);
+  return !m->guard || pred < 0 || sim_complete(m, MM_FUSED_L2_DONE, pred);
+}
+
+static void sim_fail(sim* m, const char* fmt, long long a, long long b, long long c, long long d) {
+  m->res.ok = 0;
+  snprintf(m->res.why, sizeof m->res.why, fmt, a, b, c, d);
+}
+
+/* Runs agent a (ready) one step. */
+static void sim_step(sim* m, int a) {
+  const int32_t ring = m->s->order.ring_blocks;
+  if (a >= m->ctas) {
+    for (int burst = 0; burst < 16 && m->res.ok && sim_ready(m, a) == 1; ++burst) {
+      const int64_t b = sim_pull_row(m, a) / MM_FUSED_BLOCK_ROWS, slot = b % ring, old = m->owner[slot];
+      if (old != b && old >= 0 && !sim_complete(m, MM_FUSED_L2_DONE, old))
+        sim_fail(m, "block %lld's pull overwrote slot %lld while block %lld still had L2 readers (%lld rows done)", b,
+                 slot, old, m->count[MM_FUSED_L2_DONE][old]);
+      m->owner[slot] = b;
+      m->count[MM_FUSED_PULLED][b]++;
+      m->next[a] += m->pulls;
+    }
+    return;
+  }
+  const mm_fused_task* k = &m->tasks[m->next[a]];
+  const int done = k->gemm == 0 ? MM_FUSED_L1_DONE : MM_FUSED_L2_DONE;
+  const int64_t t0 = k->block0 * MM_FUSED_BLOCK_ROWS + k->row0 % MM_FUSED_BLOCK_ROWS, t1 = t0 + k->rows;
+  for (int64_t b = k->block0; b <= task_last_block(k); ++b) {
+    if (m->owner[b % ring] != b)
+      sim_fail(m, "an L%lld tile read slot %lld for block %lld, which holds block %lld", k->gemm + 1, b % ring, b,
+               m->owner[b % ring]);
+    const int64_t lo = b * MM_FUSED_BLOCK_ROWS, hi = lo + MM_FUSED_BLOCK_ROWS; /* the tile's rows in block b */
+    m->count[done][b] += (t1 < hi ? t1 : hi) - (t0 > lo ? t0 : lo);
+  }
+  m->next[a] += m->ctas;
+}
+
+static sim_result simulate(const mm_fused_stream* s, const mm_fused_task* tasks, int ctas, int pulls, int guard,
+                           mm_rng* g) {
+  sim m;
+  memset(&m, 0, sizeof m);
+  m.s = s;
+  m.tasks = tasks;
+  m.ctas = ctas;
+  m.pulls = pulls;
+  m.guard = guard;
+  m.res.ok = 1;
+  const int64_t B = s->blocks ? s->blocks : 1;
+  for (int k = 0; k < MM_FUSED_COUNTERS; ++k) m.count[k] = (int64_t*)calloc((size_t)B, sizeof(int64_t));
+  m.owner = (int64_t*)malloc(sizeof(int64_t) * (size_t)s->order.ring_blocks);
+  for (int32_t i = 0; i < s->order.ring_blocks; ++i) m.owner[i] = -1;
+  const int agents = ctas + pulls;
+  for (int a = 0; a < agents; ++a) m.next[a] = a < ctas ? a : a - ctas;
+  while (m.res.ok) {
+    /* A random agent that can move: scan from a random start. */
+    const int first = (int)mm_rng_below(g, (uint64_t)agents);
+    int moved = 0, busy = 0;
+    for (int i = 0; i < agents && !moved; ++i) {
+      const int a = (first + i) % agents, r = sim_ready(&m, a);
+      busy |= r >= 0;
+      if (r == 1) sim_step(&m, a), moved = 1;
+    }
+    if (!busy) break;
+    if (!moved) sim_fail(&m, "deadlock: none of %lld CTAs and %lld pull warps can move (%lld tasks, %lld blocks)",
+                         ctas, pulls, s->tasks, s->blocks);
+  }
+  for (int64_t b = 0; b < s->blocks && m.res.ok; ++b)
+    for (int kind = 0; kind < MM_FUSED_COUNTERS && m.res.ok; ++kind)
+      if (!sim_complete(&m, kind, b))
+        sim_fail(&m, "block %lld counter %lld ended at %lld, target %lld", b, kind, m.count[kind][b],
+                 mm_fused_counter_target(s, kind, b));
+  for (int k = 0; k < MM_FUSED_COUNTERS; ++k) free(m.count[k]);
+  free(m.owner);
+  return m.res;
+}
+
+/* ---- Tests ----------------------------------------------------------------- */
+
+/* The numbers docs/FUSED.md section 6 quotes. */
+static mm_test_result t_ring_numbers(void) {
+  megamoe_config flash = megamoe_config_make(4096, 2048, 256, 6, 8192);
+  flash.arm = MEGAMOE_ARM_FUSED;
+  CHECK_EQ_INT(mm_fused_units_estimate(&flash, 8, 8192), 64); /* 1536 rows per expert: 2 units each */
+  mm_fused_ring ring;
+  CHECK_OK(mm_fused_ring_make(&flash, 8, &ring));
+  CHECK_EQ_INT(ring.lag, 29);
+  CHECK_EQ_INT(ring.group, 4);
+  CHECK_EQ_INT(ring.blocks, 8 * (29 + 4) + 4);
+  CHECK_EQ_INT(ring.clamped, 0);
+  CHECK_EQ_INT(ring.virtual_blocks, (8 * 8192 * 6 + 127 * 32) / 128);
+  mm_layout l;
+  CHECK_OK(mm_layout_compute(&flash, 8, &l));
+  CHECK_EQ_INT(l.pool_rows, 268 * 128);
+  CHECK_MSG(l.symmetric_bytes + l.workspace_bytes <= 700ull << 20, "flash EP8 fused: %.1f MiB",
+            (l.symmetric_bytes + l.workspace_bytes) / 1048576.0);
+  printf("    flash EP8, T_max 8192: ring %d blocks (lag %d, group %d), symmetric %.1f + workspace %.1f = %.1f MiB\n",
+         ring.blocks, ring.lag, ring.group, l.symmetric_bytes / 1048576.0, l.workspace_bytes / 1048576.0,
+         (l.symmetric_bytes + l.workspace_bytes) / 1048576.0);
+  /* pro: 1024 rows per expert, one unit each, 48 units, lag 22 */
+  megamoe_config pro = megamoe_config_make(7168, 3072, 384, 6, 8192);
+  pro.arm = MEGAMOE_ARM_FUSED;
+  CHECK_OK(mm_fused_ring_make(&pro, 8, &ring));
+  CHECK_EQ_INT(ring.lag, 22);
+  CHECK_EQ_INT(ring.blocks, 8 * 26 + 4);
+  /* A small T_max: the worst case fits under the lag ring: clamped, never wraps. */
+  flash.max_tokens_per_rank = 64;
+  CHECK_OK(mm_fused_ring_make(&flash, 8, &ring));
+  CHECK_EQ_INT(ring.clamped, 1);
+  CHECK_EQ_INT(ring.blocks, (8 * 64 * 6 + 127 * 32) / 128);
+  CHECK_EQ_INT(ring.blocks, ring.virtual_blocks);
+  /* The rule: round(0.45 units), halves up, clamped to [8, 64]. */
+  const int64_t units[] = {0, 17, 18, 19, 30, 64, 142, 143, 1000};
+  const int32_t lags[] = {8, 8, 8, 9, 14, 29, 64, 64, 64};
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; ++i) CHECK_EQ_INT(mm_fused_lag_rule(units[i]), lags[i]);
+  return MM_TEST_PASS;
+}
+
+/* The worst-case blocks bound every routing whose ranks stay within the
+ * tokens, and a ragged routing reaches it (it is not loose). */
+static mm_test_result t_worst_blocks(void) {
+  mm_rng g = unit_rng(0xb10c);
+  int32_t rows[1024];
+  for (int i = 0; i < 4000; ++i) {
+    const int R = 1 + (int)mm_rng_below(&g, 8), El = 1 + (int)mm_rng_below(&g, 64), K = 1 + (int)mm_rng_below(&g, 8);
+    megamoe_config c = megamoe_config_make(512, 512, R * El, K < R * El ? K : R * El, 4096);
+    const int64_t tokens = (int64_t)mm_rng_below(&g, 3000);
+    const int64_t worst = mm_fused_worst_blocks(&c, R, tokens);
+    const int64_t N = (int64_t)R * tokens * c.top_k;
+    const int64_t routed = mm_rng_below(&g, 4) ? (int64_t)mm_rng_below(&g, (uint64_t)N + 1) : N;
+    draw_rows(&g, (int)mm_rng_below(&g, SKEW_KINDS), routed, El, rows);
+    int64_t blocks = 0;
+    for (int e = 0; e < El; ++e) blocks += (rows[e] + 127) / 128;
+    CHECK_MSG(blocks <= worst, "R %d E_l %d K %d tokens %lld: %lld blocks above the bound %lld", R, El, c.top_k,
+              (long long)tokens, (long long)blocks, (long long)worst);
+    /* ragged: 1 + 128 a rows per expert reaches the bound when N - E_l is a multiple of 128 */
+    if (N >= El && (N - El) % 128 == 0) {
+      int64_t reached = 0;
+      for (int e = 0; e < El; ++e) reached += 1 + (e == 0 ? (N - El) / 128 : 0);
+      CHECK_EQ_INT(reached, worst);
+    }
+  }
+  return MM_TEST_PASS;
+}
+
+/* The per-call order and the host's rejection of a bound. */
+static mm_test_result t_call_order(void) {
+  megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
+  c.arm = MEGAMOE_ARM_FUSED;
+  mm_fused_ring ring;
+  CHECK_OK(mm_fused_ring_make(&c, 8, &ring));
+  mm_fused_order o;
+  /* Above capacity and below the rank's own count: rejected, naming num_tokens_bound. */
+  CHECK_STATUS(mm_fused_call_order(&ring, &c, 8, 100, 8193, &o), MEGAMOE_ERR_TOO_MANY_TOKENS);
+  CHECK_MESSAGE_HAS("num_tokens_bound = 8193");
+  CHECK_MESSAGE_HAS("max_tokens_per_rank = 8192");
+  CHECK_STATUS(mm_fused_call_order(&ring, &c, 8, 100, 99, &o), MEGAMOE_ERR_TOO_MANY_TOKENS);
+  CHECK_MESSAGE_HAS("num_tokens_bound = 99");
+  CHECK_MESSAGE_HAS("num_tokens = 100");
+  CHECK_STATUS(mm_fused_call_order(&ring, &c, 8, 100, -1, &o), MEGAMOE_ERR_TOO_MANY_TOKENS);
+  CHECK_MESSAGE_HAS("num_tokens_bound");
+  /* The forward's own check says the same (one rule, two callers). */
+  megamoe_forward_args a;
+  memset(&a, 0, sizeof a);
+  a.num_tokens = 0;
+  a.num_tokens_bound = 8193;
+  CHECK_STATUS(mm_check_forward_args(&c, &a), MEGAMOE_ERR_TOO_MANY_TOKENS);
+  CHECK_MESSAGE_HAS("num_tokens_bound = 8193");
+  /* 0 means T_max: the ring's own lag order. */
+  CHECK_OK(mm_fused_call_order(&ring, &c, 8, 8192, 0, &o));
+  CHECK(!o.single_wave && o.lag == ring.lag && o.group == 4 && o.ring_blocks == ring.blocks);
+  /* 2048 tokens: 384 rows per expert, one unit each: 32 units, lag 14 (under the ring's 29). */
+  CHECK_OK(mm_fused_call_order(&ring, &c, 8, 2048, 2048, &o));
+  CHECK(!o.single_wave && o.lag == 14);
+  /* Decode: the worst case fits the ring, single wave. */
+  const int64_t limit = mm_fused_single_wave_limit(&ring, &c, 8);
+  CHECK(mm_fused_worst_blocks(&c, 8, limit) <= ring.blocks && mm_fused_worst_blocks(&c, 8, limit + 1) > ring.blocks);
+  CHECK_OK(mm_fused_call_order(&ring, &c, 8, 64, limit, &o));
+  CHECK(o.single_wave);
+  CHECK_OK(mm_fused_call_order(&ring, &c, 8, 64, limit + 1, &o));
+  CHECK(!o.single_wave && o.lag >= MM_FUSED_LAG_MIN);
+  /* The host asserts the live set against the ring: a ring that is not the
+   * layout's (here one unit short of lag 29) is refused, not run. */
+  const mm_fused_ring short_ring = {8 * (29 + 4) - 8, 29, 4, 0, ring.virtual_blocks};
+  CHECK_STATUS(mm_fused_call_order(&short_ring, &c, 8, 8192, 8192, &o), MEGAMOE_ERR_INTERNAL);
+  CHECK_MESSAGE_HAS("below the live set");
+  /* No bound lags longer than the ring it runs in. */
+  for (int64_t t = 1; t <= 8192; t += 37) {
+    CHECK_OK(mm_fused_call_order(&ring, &c, 8, t, t, &o));
+    CHECK(o.single_wave || o.lag <= ring.lag);
+  }
+  return MM_TEST_PASS;
+}
+
+/* mm_fused_task_at walks the stream of the model, task by task. */
+static mm_test_result t_stream_decode(void) {
+  mm_rng g = unit_rng(0x5eed);
+  int32_t rows[64];
+  const int bms[3] = {64, 128, 256};
+  int64_t checked = 0;
+  for (int i = 0; i < 600; ++i) {
+    const int32_t El = 1 + (int32_t)mm_rng_below(&g, 40);
+    draw_rows(&g, (int)mm_rng_below(&g, SKEW_KINDS), (int64_t)mm_rng_below(&g, 40000), El, rows);
+    mm_fused_order o = {(int32_t)(mm_rng_below(&g, 4) == 0), 1 + (int32_t)mm_rng_below(&g, 20),
+                        1 + (int32_t)mm_rng_below(&g, 6), 1000};
+    test_stream t;
+    stream_make(&t, o, El, rows, bms[mm_rng_below(&g, 3)], bms[mm_rng_below(&g, 3)], 1 + (int)mm_rng_below(&g, 4),
+                1 + (int)mm_rng_below(&g, 4));
+    mm_fused_task* want = (mm_fused_task*)malloc(sizeof(mm_fused_task) * (size_t)(t.s.tasks + 1));
+    const int64_t n = model_enumerate(&t.s, want, t.s.tasks + 1);
+    int ok = n == t.s.tasks;
+    int64_t bad = -1;
+    for (int64_t k = 0; ok && k < n; ++k) {
+      mm_fused_task got;
+      mm_fused_task_at(&t.s, k, &got);
+      const mm_fused_task* w = &want[k];
+      if (got.gemm != w->gemm || got.expert != w->expert || got.unit != w->unit || got.m != w->m || got.n != w->n ||
+          got.row0 != w->row0 || got.rows != w->rows || got.block0 != w->block0)
+        ok = 0, bad = k;
+    }
+    free(want);
+    stream_free(&t);
+    CHECK_MSG(ok, "case %d (E_l %d, lag %d, group %d, single %d): %lld tasks decoded, the model has %lld; first "
+              "difference at %lld", i, El, o.lag, o.group, o.single_wave, (long long)t.s.tasks, (long long)n,
+              (long long)bad);
+    checked += n;
+  }
+  printf("    %lld tasks decoded as the model orders them\n", (long long)checked);
+  return MM_TEST_PASS;
+}
+
+/* The live set and the guard's direction over configs, bounds and skewed
+ * routings, with the ring and order the host computes. */
+static mm_test_result t_ring_static(void) {
+  mm_rng g = unit_rng(0x1a9);
+  int32_t rows[1024];
+  int cases = 0, wrapped = 0, single = 0;
+  int by_skew[SKEW_KINDS] = {0};
+  for (int i = 0; i < 400; ++i) {
+    const int R = 1 + (int)mm_rng_below(&g, 8), El = 1 + (int)mm_rng_below(&g, 48);
+    const int K = 1 + (int)mm_rng_below(&g, 8);
+    megamoe_config c = megamoe_config_make(128 * (1 + (int64_t)mm_rng_below(&g, 4)), 256, R * El,
+                                           K < R * El ? K : R * El, 1 + (int64_t)mm_rng_below(&g, 4096));
+    c.arm = MEGAMOE_ARM_FUSED;
+    mm_fused_ring ring;
+    CHECK_OK(mm_fused_ring_make(&c, R, &ring));
+    const int64_t T = c.max_tokens_per_rank;
+    const int64_t bound = mm_rng_below(&g, 3) == 0 ? 0 : 1 + (int64_t)mm_rng_below(&g, (uint64_t)T);
+    const int64_t cap = bound ? bound : T;
+    /* rows routed here: every rank within the bound, all of them here at worst */
+    int64_t N = 0;
+    for (int r = 0; r < R; ++r) N += (int64_t)mm_rng_below(&g, (uint64_t)cap + 1) * c.top_k;
+    if (mm_rng_below(&g, 4) == 0) N = (int64_t)R * cap * c.top_k;
+    const int skew = (int)mm_rng_below(&g, SKEW_KINDS);
+    draw_rows(&g, skew, N, El, rows);
+    mm_fused_order o;
+    CHECK_OK(mm_fused_call_order(&ring, &c, R, 0, bound, &o));
+    test_stream t;
+    stream_make(&t, o, El, rows, 64, 256, 1 + (int)mm_rng_below(&g, 2), 1 + (int)mm_rng_below(&g, 2));
+    char why[256] = "";
+    mm_fused_task* tasks = decode_all(&t.s);
+    const int64_t live = o.single_wave ? o.ring_blocks : (int64_t)MM_FUSED_UNIT_BLOCKS * (o.lag + o.group);
+    const int ok = static_check(&t.s, tasks, live, why, sizeof why);
+    free(tasks);
+    CHECK_MSG(ok, "case %d (R %d E_l %d K %d T_max %lld bound %lld, %s routing, %lld blocks, ring %d, lag %d, "
+              "single %d): %s", i, R, El, c.top_k, (long long)T, (long long)bound, kSkewNames[skew],
+              (long long)t.s.blocks, o.ring_blocks, o.lag, o.single_wave, why);
+    CHECK(o.single_wave || o.ring_blocks >= MM_FUSED_UNIT_BLOCKS * (o.lag + o.group) + MM_FUSED_RING_MARGIN);
+    wrapped += !o.single_wave && t.s.blocks > o.ring_blocks;
+    single += o.single_wave;
+    by_skew[skew]++;
+    cases++;
+    stream_free(&t);
+  }
+  printf("    %d cases: %d wrap the ring, %d single-wave\n", cases, wrapped, single);
+  CHECK(wrapped > cases / 10 && single > cases / 10); /* the draws reach both orders and the wrap */
+  return MM_TEST_PASS;
+}
+
+/* The flash shape itself, with its real tiles (64x256 L1, 256x128 L2): the
+ * 8192-token lag order over skewed routings. */
+static mm_test_result t_ring_static_flash(void) {
+  mm_rng g = unit_rng(0xf1a5);
+  megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
+  c.arm = MEGAMOE_ARM_FUSED;
+  mm_fused_ring ring;
+  CHECK_OK(mm_fused_ring_make(&c, 8, &ring));
+  int32_t rows[32];
+  for (int skew = 0; skew < SKEW_KINDS; ++skew) {
+    mm_fused_order o;
+    CHECK_OK(mm_fused_call_order(&ring, &c, 8, 8192, 8192, &o));
+    draw_rows(&g, skew, 8192 * 6 * (skew == SKEW_ONE ? 8 : 1), 32, rows);
+    test_stream t;
+    stream_make(&t, o, 32, rows, 64, 256, 2 * 2048 / 256, 4096 / 128);
+    char why[256] = "";
+    mm_fused_task* tasks = decode_all(&t.s);
+    const int ok = static_check(&t.s, tasks, (int64_t)MM_FUSED_UNIT_BLOCKS * (o.lag + o.group), why, sizeof why);
+    free(tasks);
+    stream_free(&t);
+    CHECK_MSG(ok, "flash, %s routing: %s", kSkewNames[skew], why);
+  }
+  return MM_TEST_PASS;
+}
+
+/* The static check can fail: with full units (8 blocks each) and group 4,
+ * a ring of 8 (lag + group) - 1 blocks lets a block's pull wait for an L2
+ * task later in the stream. */
+static mm_test_result t_ring_short_by_one_fails(void) {
+  int32_t rows[64];
+  for (int e = 0; e < 64; ++e) rows[e] = MM_FUSED_UNIT_ROWS;
+  int failed = 0;
+  for (int32_t lag = 1; lag <= 12; ++lag) {
+    mm_fused_order o = {0, lag, 4, MM_FUSED_UNIT_BLOCKS * (lag + 4)};
+    test_stream t;
+    stream_make(&t, o, 64, rows, 128, 128, 1, 1);
+    char why[256] = "";
+    mm_fused_task* tasks = decode_all(&t.s);
+    const int exact = static_check(&t.s, tasks, MM_FUSED_UNIT_BLOCKS * (lag + 4), why, sizeof why);
+    t.s.order.ring_blocks -= 1;
+    failed += !static_check(&t.s, tasks, INT64_MAX, why, sizeof why);
+    free(tasks);
+    stream_free(&t);
+    CHECK_MSG(exact, "lag %d, ring %d: %s", lag, o.ring_blocks, why);
+  }
+  CHECK_MSG(failed == 12, "a ring one block short failed the check for %d of 12 lags", failed);
+  return MM_TEST_PASS;
+}
+
+/* Random interleavings of CTAs and pull warps: no deadlock, no slot
+ * overwritten under a reader; and the planted bug (no slot guard) caught. */
+static mm_test_result t_ring_simulation(void) {
+  mm_rng g = unit_rng(0x51b);
+  int32_t rows[64];
+  int runs = 0, caught = 0, planted = 0;
+  for (int i = 0; i < 120; ++i) {
+    const int32_t El = 1 + (int32_t)mm_rng_below(&g, 24);
+    const int32_t lag = (int32_t)mm_rng_below(&g, 10), group = 1 + (int32_t)mm_rng_below(&g, 4);
+    const int skew = (int)mm_rng_below(&g, SKEW_KINDS);
+    mm_fused_order o = {0, lag, group, MM_FUSED_UNIT_BLOCKS * (lag + group) + (int32_t)mm_rng_below(&g, 5)};
+    draw_rows(&g, skew, (int64_t)o.ring_blocks * MM_FUSED_BLOCK_ROWS * (1 + (int64_t)mm_rng_below(&g, 3)) +
+                            (int64_t)mm_rng_below(&g, 3000), El, rows);
+    test_stream t;
+    stream_make(&t, o, El, rows, (int)(64 << mm_rng_below(&g, 3)), (int)(64 << mm_rng_below(&g, 3)),
+                1 + (int)mm_rng_below(&g, 2), 1 + (int)mm_rng_below(&g, 3));
+    const int ctas = 1 + (int)mm_rng_below(&g, 16), pulls = 1 + (int)mm_rng_below(&g, 12);
+    mm_fused_task* tasks = decode_all(&t.s);
+    const sim_result r = simulate(&t.s, tasks, ctas, pulls, 1, &g);
+    if (!r.ok) free(tasks), stream_free(&t);
+    CHECK_MSG(r.ok, "case %d (E_l %d, %s routing, %lld blocks, ring %d, lag %d, group %d, %d CTAs, %d pull warps): "
+              "%s", i, El, kSkewNames[skew], (long long)t.s.blocks, o.ring_blocks, lag, group, ctas, pulls, r.why);
+    runs++;
+    if (t.s.blocks > o.ring_blocks) { /* the same run without the guard must be caught */
+      planted++;
+      caught += !simulate(&t.s, tasks, ctas, pulls, 0, &g).ok;
+    }
+    free(tasks);
+    stream_free(&t);
+  }
+  printf("    %d simulated forwards clean; without the slot guard %d of %d caught\n", runs, caught, planted);
+  CHECK(planted > runs / 2 && caught > planted / 2);
+  return MM_TEST_PASS;
+}
+
+/* Single-wave calls within their bound never wrap; the device's verdict on
+ * bounds across ranks; the messages every rank prints. */
+static mm_test_result t_bound_verdict(void) {
+  const int64_t Tmax = 8192;
+  mm_call_tokens calls[8];
+  mm_bound_verdict v;
+  for (int r = 0; r < 8; ++r) calls[r] = (mm_call_tokens){64 + r, 128};
+  CHECK_EQ_INT(mm_fused_bound_violation(calls, 8, Tmax, &v), 0);
+  for (int r = 0; r < 8; ++r) calls[r].bound = r % 2 ? 0 : Tmax; /* 0 is T_max */
+  CHECK_EQ_INT(mm_fused_bound_violation(calls, 8, Tmax, &v), 0);
+  calls[5].bound = 128; /* differs */
+  CHECK_EQ_INT(mm_fused_bound_violation(calls, 8, Tmax, &v), 1);
+  CHECK(v.rank == 5 && v.differs && v.value == 128 && v.bound == Tmax);
+  for (int r = 0; r < 8; ++r) calls[r] = (mm_call_tokens){64 - r, 64};
+  CHECK_EQ_INT(mm_fused_bound_violation(calls, 8, Tmax, &v), 0);
+  calls[3].num_tokens = 65; /* a peer above the bound every rank passed */
+  calls[6].num_tokens = 99;
+  CHECK_EQ_INT(mm_fused_bound_violation(calls, 8, Tmax, &v), 1);
+  CHECK(v.rank == 3 && !v.differs && v.value == 65 && v.bound == 64);
+  /* What megamoe_sync says on each rank: the same words after "rank r, forward f: ". */
+  char first[1024] = "";
+  for (int me = 0; me < 8; ++me) {
+    mm_error_report rep = unit_report(5, MEGAMOE_ERR_TOO_MANY_TOKENS, MM_SITE_TOKEN_BOUND, v.rank, v.differs,
+                                      (uint64_t)v.value, (uint64_t)v.bound);
+    mm_status_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.rank = me;
+    char m[1024];
+    CHECK_EQ_INT(mm_describe_device_error(&rep, &ctx, m, sizeof m), MEGAMOE_ERR_TOO_MANY_TOKENS);
+    CHECK_MSG(strstr(m, "num_tokens_bound = 64 is below rank 3's num_tokens = 65") && strstr(m, "Every rank"), "%s", m);
+    const char* body = strstr(m, ": ");
+    if (me == 0) snprintf(first, sizeof first, "%s", body);
+    CHECK_MSG(strcmp(body, first) == 0, "rank %d says \"%s\", rank 0 \"%s\"", me, body, first);
+    rep.detail = 1;
+    rep.peer = 5;
+    rep.seen = 128;
+    rep.want = 8192;
+    mm_describe_device_error(&rep, &ctx, m, sizeof m);
+    CHECK_MSG(strstr(m, "num_tokens_bound differs across ranks: 128 on rank 5, 8192 on rank 0"), "%s", m);
+  }
+  /* The ring overrun (a single-wave forward whose blocks do not fit). */
+  const mm_error_report rep = unit_report(2, MEGAMOE_ERR_TOO_MANY_TOKENS, MM_SITE_RING, -1, 0, 300, 268);
+  mm_status_context ctx;
+  memset(&ctx, 0, sizeof ctx);
+  ctx.rank = 1;
+  char m[1024];
+  mm_describe_device_error(&rep, &ctx, m, sizeof m);
+  CHECK_MSG(strstr(m, "holds 268 blocks") && strstr(m, "needs 300") && strstr(m, "num_tokens_bound"), "%s", m);
+  return MM_TEST_PASS;
+}
+
+/* The layout's fused regions: the ring replaces the pool, the counters and
+ * the call table exist for the fused arm only. */
+static mm_test_result t_fused_layout(void) {
+  megamoe_config c = megamoe_config_make(1024, 512, 64, 6, 4096);
+  for (int arm = 0; arm < MEGAMOE_ARM_COUNT; ++arm) {
+    c.arm = (megamoe_arm)arm;
+    mm_layout l;
+    CHECK_OK(mm_layout_compute(&c, 4, &l));
+    const int fused = arm == MEGAMOE_ARM_FUSED;
+    CHECK_EQ_INT(l.regions[MM_SYM_CALL_TOKENS].bytes, fused ? 4 * sizeof(mm_call_tokens) : 0);
+    CHECK_EQ_INT(l.regions[MM_WS_BLOCK_COUNTERS].bytes,
+                 fused ? (uint64_t)MM_FLAG_BANKS * MM_FUSED_COUNTERS * 4 * (uint64_t)l.ring.virtual_blocks : 0);
+    CHECK_EQ_INT(l.regions[MM_WS_READY].bytes, arm == MEGAMOE_ARM_SPLIT ? (uint64_t)l.pool_rows / 128 * 4 : 0);
+    CHECK_EQ_INT(l.ring.blocks != 0, fused);
+    if (fused) {
+      CHECK_EQ_INT(l.pool_rows, (int64_t)l.ring.blocks * MM_FUSED_BLOCK_ROWS);
+      CHECK_EQ_INT(l.regions[MM_WS_POOL_X].bytes, (uint64_t)l.pool_rows * 1024);
+      /* Every counter of both banks inside the region; consecutive forwards use disjoint banks. */
+      const int32_t vb = l.ring.virtual_blocks;
+      const int64_t words = (int64_t)(l.regions[MM_WS_BLOCK_COUNTERS].bytes / 4);
+      for (uint64_t fwd = 1; fwd <= 2; ++fwd)
+        for (int kind = 0; kind < MM_FUSED_COUNTERS; ++kind) {
+          const int64_t first = mm_fused_counter_index(vb, fwd, kind, 0), last = mm_fused_counter_index(vb, fwd, kind, vb - 1);
+          CHECK(first >= 0 && last < words && last - first == vb - 1);
+          const int64_t other = mm_fused_counter_index(vb, fwd + 1, kind, 0);
+          CHECK(other >= words / 2 ? first < words / 2 : first >= words / 2);
+        }
+    }
+  }
+  /* pool_imbalance sizes the staged and split pools, not the ring. */
+  c.arm = MEGAMOE_ARM_FUSED;
+  mm_layout a, b;
+  CHECK_OK(mm_layout_compute(&c, 4, &a));
+  c.pool_imbalance = 1.0;
+  CHECK_OK(mm_layout_compute(&c, 4, &b));
+  CHECK_EQ_INT(a.pool_rows, b.pool_rows);
+  CHECK_EQ_INT(a.workspace_bytes, b.workspace_bytes);
+  return MM_TEST_PASS;
+}
+
+const mm_test unit_suite_fused[] = {
+    {"fused.ring_numbers", t_ring_numbers},
+    {"fused.worst_blocks_bound_any_routing", t_worst_blocks},
+    {"fused.call_order_and_bound_rejection", t_call_order},
+    {"fused.stream_decode_matches_the_order", t_stream_decode},
+    {"fused.ring_static_live_set_and_guard", t_ring_static},
+    {"fused.ring_static_flash_tiles", t_ring_static_flash},
+    {"fused.ring_short_by_one_fails", t_ring_short_by_one_fails},
+    {"fused.ring_simulation", t_ring_simulation},
+    {"fused.bound_verdict_on_every_rank", t_bound_verdict},
+    {"fused.layout_regions", t_fused_layout},
+    {NULL, NULL},
+};
