@@ -49,21 +49,18 @@ megamoe_status megamoe_unique_id(ncclUniqueId* unique_id) {
   return MEGAMOE_OK;
 }
 
-megamoe_status megamoe_comm_destroy(ncclComm_t comm) {
+/* Ends a communicator with ncclCommDestroy or ncclCommAbort (`name`); NULL is fine. */
+static megamoe_status comm_end(ncclComm_t comm, ncclResult_t (*end)(ncclComm_t), const char* name) {
   mm_clear_error();
   if (!comm) return MEGAMOE_OK;
-  const ncclResult_t r = ncclCommDestroy(comm);
-  if (r != ncclSuccess) return mm_fail(MEGAMOE_ERR_NCCL, "ncclCommDestroy(comm): %s", ncclGetErrorString(r));
+  const ncclResult_t r = end(comm);
+  if (r != ncclSuccess) return mm_fail(MEGAMOE_ERR_NCCL, "%s(comm): %s", name, ncclGetErrorString(r));
   return MEGAMOE_OK;
 }
 
-megamoe_status megamoe_comm_abort(ncclComm_t comm) {
-  mm_clear_error();
-  if (!comm) return MEGAMOE_OK;
-  const ncclResult_t r = ncclCommAbort(comm);
-  if (r != ncclSuccess) return mm_fail(MEGAMOE_ERR_NCCL, "ncclCommAbort(comm): %s", ncclGetErrorString(r));
-  return MEGAMOE_OK;
-}
+megamoe_status megamoe_comm_destroy(ncclComm_t comm) { return comm_end(comm, ncclCommDestroy, "ncclCommDestroy"); }
+
+megamoe_status megamoe_comm_abort(ncclComm_t comm) { return comm_end(comm, ncclCommAbort, "ncclCommAbort"); }
 
 /* The visible device count; MEGAMOE_ERR_NO_DEVICE when there is none (or no
  * driver to ask). */

@@ -33,32 +33,6 @@
 
 #include "comm/wait.cuh"
 
-MM_DEVICE uint32_t mm_ld_relaxed_gpu_u32(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-MM_DEVICE uint32_t mm_ld_acquire_gpu_u32(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-MM_DEVICE void mm_st_relaxed_gpu_u32(uint32_t* p, uint32_t v) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-MM_DEVICE void mm_st_release_gpu_u32(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-MM_DEVICE uint32_t mm_atom_add_acq_rel_gpu_u32(uint32_t* p, uint32_t v) {
-  uint32_t old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
-
 /* The grid barrier above. ctx: the status record (may be NULL: nothing is
  * recorded), the deadline, and an optional abort flag (another role gave up:
  * return false at once, nothing recorded); ctx.site is ignored. */

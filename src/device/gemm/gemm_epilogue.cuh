@@ -135,6 +135,15 @@ MM_DEVICE void mm_gemm_epilogue_tma_store(const mm_gemm_smem& sm, const CUtensor
   }
 }
 
+/* Where output row r of the tile goes (contract.h, mm_gemm_scatter): its
+ * source rank's combine row at the tile's first column, or NULL for a row
+ * that is skipped. */
+MM_DEVICE uint8_t* mm_gemm_scatter_dst(const mm_gemm_problem& p, const mm_gemm_tile_info& ti, int r) {
+  const mm_pool_row d = p.scatter.rows[ti.out_row0 + r];
+  uint8_t* base = d.src_rank >= 0 && d.src_rank < MM_MAX_RANKS ? p.scatter.dst_base[d.src_rank] : nullptr;
+  return base ? base + ((int64_t)d.token_slot * p.n + ti.n0) * 2 : nullptr;
+}
+
 /* bf16 rows to per-row destinations (contract.h, mm_gemm_scatter): the tile
  * goes through the staging area, then the 256 math threads copy each valid
  * row's BN columns in 16-byte chunks (a warp covers 512 contiguous bytes:
@@ -153,12 +162,7 @@ MM_DEVICE void mm_gemm_epilogue_scatter(const mm_gemm_smem& sm, const mm_gemm_pr
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int r = r_first + i * kRowStep;
-    dst[i] = nullptr;
-    if (r < ti.rows) {
-      const mm_pool_row d = p.scatter.rows[ti.out_row0 + r];
-      uint8_t* base = d.src_rank >= 0 && d.src_rank < MM_MAX_RANKS ? p.scatter.dst_base[d.src_rank] : nullptr;
-      if (base) dst[i] = base + ((int64_t)d.token_slot * p.n + ti.n0) * 2;
-    }
+    dst[i] = r < ti.rows ? mm_gemm_scatter_dst(p, ti, r) : nullptr;
   }
   mm_gemm_stage_bf16<Cfg>(sm, wg, acc, false, false);
 #pragma unroll
@@ -181,15 +185,14 @@ MM_DEVICE void mm_gemm_epilogue_scatter(const mm_gemm_smem& sm, const mm_gemm_pr
  * copy warps wait copy_full phase j (acquire), copy, arrive on copy_empty.
  * Every wait has the pipeline's deadline and gives up on the abort word. */
 
-/* Math side, every math thread; tile_index: j. False when the wait gave up
- * (the tile is not stored; the pipeline is failing anyway). */
+/* Math side, every math thread; tile_index: j. When the wait gives up the
+ * tile is not staged: the abort word is set, and the copy warps leave on it. */
 template <class Cfg>
-MM_DEVICE bool mm_gemm_epilogue_stage_for_copy(const mm_gemm_smem& sm, const mm_gemm_problem& p, int tile_index,
+MM_DEVICE void mm_gemm_epilogue_stage_for_copy(const mm_gemm_smem& sm, const mm_gemm_problem& p, int tile_index,
                                                int wg, float (&acc)[Cfg::kWaves][64]) {
-  if (tile_index > 0 && !mm_gemm_wait(sm, sm.copy_empty, (uint32_t)(tile_index - 1) & 1u, p)) return false;
+  if (tile_index > 0 && !mm_gemm_wait(sm, sm.copy_empty, (uint32_t)(tile_index - 1) & 1u, p)) return;
   mm_gemm_stage_bf16_writes<Cfg>(sm, wg, acc);
   mm_mbar_arrive(sm.copy_full);
-  return true;
 }
 
 #define MM_GEMM_BAR_COPY 4 /* named barrier of the copy warps */
@@ -207,11 +210,7 @@ MM_DEVICE void mm_gemm_copy_loop(const mm_gemm_smem& sm, const Sched& sched, con
   mm_gemm_tile_info ti;
   typename Sched::iter it = sched.begin();
   for (uint32_t j = 0; sched.template next<Cfg>(it, ti); ++j) {
-    for (int r = c_tid; r < ti.rows; r += MM_GEMM_COPY_THREADS) {
-      const mm_pool_row d = p.scatter.rows[ti.out_row0 + r];
-      uint8_t* base = d.src_rank >= 0 && d.src_rank < MM_MAX_RANKS ? p.scatter.dst_base[d.src_rank] : nullptr;
-      dst[r] = base ? base + ((int64_t)d.token_slot * p.n + ti.n0) * 2 : nullptr;
-    }
+    for (int r = c_tid; r < ti.rows; r += MM_GEMM_COPY_THREADS) dst[r] = mm_gemm_scatter_dst(p, ti, r);
     const bool staged = mm_gemm_wait(sm, sm.copy_full, j & 1u, p);
     /* Also the barrier that publishes dst[] to every copy thread. */
     if (mm_named_barrier_or(MM_GEMM_BAR_COPY, MM_GEMM_COPY_THREADS, !staged)) break;

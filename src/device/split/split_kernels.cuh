@@ -181,9 +181,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_gemm_math_loop<Cfg>(
         sm, sched, p, wg,
         [&](const mm_gemm_tile_info&, float (&acc)[Cfg::kWaves][64], bool) {
-          /* False: the pipeline gave up (the abort word is set); the copy
-           * warps leave on it too. */
-          (void)mm_gemm_epilogue_stage_for_copy<Cfg>(sm, p, tile_index++, wg, acc);
+          mm_gemm_epilogue_stage_for_copy<Cfg>(sm, p, tile_index++, wg, acc);
         },
         []() {});
     if (tid == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
