@@ -10,6 +10,19 @@
 #include "megamoe.h"
 #include "rank_ctx.h"
 
+/* In a ranked test: a check that records its failure in the caller's `bad`
+ * (and says where on stderr) instead of returning, so the rank still makes
+ * every collective call. Needs `ctx` (mm_rank_ctx*) and `int bad` in scope. */
+#define LC_EXPECT(cond, ...)                                                                            \
+  do {                                                                                                  \
+    if (!(cond)) {                                                                                      \
+      fprintf(stderr, "    rank %d: EXPECT failed at %s:%d: %s: ", ctx->rank, __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                                                     \
+      fputc('\n', stderr);                                                                              \
+      bad = 1;                                                                                          \
+    }                                                                                                   \
+  } while (0)
+
 /* Make cases with lc_make: one_expert and one_rank are off at -1, not 0. */
 typedef struct lc_case {
   megamoe_config cfg;

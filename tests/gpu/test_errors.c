@@ -20,15 +20,7 @@
 #include "layer_case.h"
 #include "rank_ctx.h"
 
-#define EXPECT(cond, ...)                                                                      \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "    rank %d: EXPECT failed at %s:%d: %s: ", ctx->rank, __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                                            \
-      fputc('\n', stderr);                                                                     \
-      bad = 1;                                                                                 \
-    }                                                                                          \
-  } while (0)
+#define EXPECT LC_EXPECT
 
 /* The name part of a status string ("MEGAMOE_ERR_NULL_POINTER"). */
 static const char* status_name(megamoe_status st, char* buf, size_t n) {

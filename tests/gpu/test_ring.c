@@ -215,15 +215,7 @@ static mm_test_result t_ring_vs_pool(const mm_rank_ctx* ctx) {
 
 /* ---- num_tokens_bound ---------------------------------------------------------- */
 
-#define EXPECT(cond, ...)                                                                                \
-  do {                                                                                                   \
-    if (!(cond)) {                                                                                       \
-      fprintf(stderr, "    rank %d: EXPECT failed at %s:%d: %s: ", ctx->rank, __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                                                      \
-      fputc('\n', stderr);                                                                               \
-      bad = 1;                                                                                           \
-    }                                                                                                    \
-  } while (0)
+#define EXPECT LC_EXPECT
 
 /* A small fused layer with a reference for its case. */
 typedef struct bound_env {

@@ -3,6 +3,7 @@
 
 #include "fused/fused_arm.h"
 #include "fused/fused_instances.cuh"
+#include "launch.cuh"
 
 extern "C" {
 #include "host/errors.h"
@@ -76,17 +77,7 @@ extern "C" megamoe_status mm_fused_launch(const mm_layer_view* L, const mm_forwa
                     (void*)l2->maps[1], (void*)l2->maps[2], (void*)&p1,         (void*)&p2,
                     (void*)&layout,     (void*)&view,       (void*)&fwd,        (void*)&ord,
                     (void*)&b};
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)L->num_sms);
-  cfg.blockDim = dim3(MM_GEMM_THREADS);
-  cfg.dynamicSmemBytes = layout.bytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelExC(&cfg, k.fn, args);
+  const cudaError_t err = mm_launch_cooperative(k.fn, args, L->num_sms, layout.bytes, stream);
   if (err != cudaSuccess)
     return mm_fail(MEGAMOE_ERR_CUDA, "fused arm: launch (tiles %s + %s, %d CTAs, %u B smem): %s",
                    mm_gemm_tile_name(l1->tile), mm_gemm_tile_name(l2->tile), L->num_sms, layout.bytes,
