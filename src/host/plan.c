@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "device/fused/fused_arm.h"
 #include "device/split/split.h"
 #include "errors.h"
 
@@ -15,13 +16,18 @@ static const int64_t kRegimeRows[MM_REGIME_COUNT] = {64, 4096};
  *   staged: L1 pool x W1p^T -> fp32; L2 quantized L1 output x W2^T -> bf16.
  *   split:  L1 with the SwiGLU + quantization epilogue and the rows-ready
  *           wait (the pull runs beside it); L2 with the scatter epilogue into
- *           every rank's combine buffer. */
+ *           every rank's combine buffer.
+ *   fused:  the split arm's epilogues on the ring (pool_rows = the ring's
+ *           rows: A, scales, row weights, row table and L1 output all at ring
+ *           rows); no rows-ready counters (the kernel waits on its per-block
+ *           counters, indexed by virtual block). */
 static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int local_experts, int64_t pool_rows,
                         mm_gemm_problem* out) {
   uint8_t* ws = v ? v->ws : NULL;
   const uint64_t* off = v ? v->offset : NULL;
 #define WS(id) (ws ? (void*)(ws + off[id]) : NULL)
   const int split = c->arm == MEGAMOE_ARM_SPLIT;
+  const int hooks = split || c->arm == MEGAMOE_ARM_FUSED; /* the persistent arms' epilogues */
   mm_gemm_problem l1 = mm_gemm_problem_make((const uint8_t*)WS(MM_WS_POOL_X), (const float*)WS(MM_WS_POOL_X_SF),
                                             MM_SCALE_BLOCK, NULL, NULL, MM_W1_INTERLEAVE,
                                             (const int32_t*)WS(MM_WS_POOL_OFFSET),
@@ -31,7 +37,7 @@ static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int loc
                                             c->quant_group, NULL, NULL, MM_SCALE_BLOCK, l1.expert_offset,
                                             l1.expert_count, local_experts, (int32_t)pool_rows, (int32_t)c->hidden,
                                             (int32_t)c->intermediate);
-  if (split) {
+  if (hooks) {
     l1.out_kind = MM_GEMM_OUT_SWIGLU_FP8;
     l1.swiglu.row_weight = (const float*)WS(MM_WS_POOL_WEIGHT);
     l1.swiglu.group = c->quant_group;
@@ -39,7 +45,7 @@ static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int loc
     l1.swiglu.clamp = c->swiglu_clamp;
     l1.swiglu.out = (uint8_t*)WS(MM_WS_L1_OUT);
     l1.swiglu.out_sf = (float*)WS(MM_WS_L1_OUT_SF);
-    l1.ready.counters = (const int32_t*)WS(MM_WS_READY);
+    l1.ready.counters = split ? (const int32_t*)WS(MM_WS_READY) : NULL;
     l1.ready.base = 0;
     l1.ready.per_row = 1;
     l2.out_kind = MM_GEMM_OUT_BF16_SCATTER;
@@ -76,6 +82,18 @@ megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
         return mm_fail(st, "config: GEMM %d of the %s arm cannot run here: %s", g + 1, megamoe_arm_name(c->arm), msg);
       }
     }
+  /* The fused arm runs both GEMMs' tiles in one kernel, whose pipeline
+   * stages hold either image: the pair of each regime. */
+  if (c->arm == MEGAMOE_ARM_FUSED)
+    for (int r = 0; r < MM_REGIME_COUNT; ++r) {
+      const mm_gemm_tile t1 = mm_gemm_pick_tile(&p[0], kRegimeRows[r]), t2 = mm_gemm_pick_tile(&p[1], kRegimeRows[r]);
+      megamoe_status st = mm_fused_check(t1, t2, p[1].a_sf_block, El, NULL);
+      if (st != MEGAMOE_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", megamoe_last_error());
+        return mm_fail(st, "config: the fused arm cannot run here: %s", msg);
+      }
+    }
   return MEGAMOE_OK;
 }
 
@@ -88,8 +106,8 @@ megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_lay
   p[0].b_sf = w1p_sf;
   p[1].b = w2;
   p[1].b_sf = w2_sf;
-  /* The split arm's kernels are built on the wgmma engine (the simple engine
-   * is the staged arm's oracle and has no hooks). */
+  /* The split and fused arms' kernels are built on the wgmma engine (the
+   * simple engine is the staged arm's oracle and has no hooks). */
   if (c->arm != MEGAMOE_ARM_STAGED) engine = MM_GEMM_ENGINE_WGMMA;
   for (int r = 0; r < MM_REGIME_COUNT; ++r)
     for (int g = 0; g < n; ++g) {
@@ -104,6 +122,8 @@ megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_lay
     }
   if (c->arm == MEGAMOE_ARM_SPLIT)
     for (int r = 0; r < MM_REGIME_COUNT; ++r) MM_TRY(mm_split_prepare(&plan->gemm[r][0].plan, &plan->gemm[r][1].plan));
+  if (c->arm == MEGAMOE_ARM_FUSED)
+    for (int r = 0; r < MM_REGIME_COUNT; ++r) MM_TRY(mm_fused_prepare(&plan->gemm[r][0].plan, &plan->gemm[r][1].plan));
   return MEGAMOE_OK;
 }
 

@@ -49,7 +49,12 @@
  * not fit waits forever, so these three numbers go together. */
 #define MM_GEMM_MATH_REGS 232
 #define MM_GEMM_PRODUCER_REGS 40
-static_assert(2 * 128 * MM_GEMM_MATH_REGS + 128 * MM_GEMM_PRODUCER_REGS <= 168 * 384, "setmaxnreg budget");
+/* Registers of every warp once the roles are done (an arm's tail that the
+ * whole CTA runs: barriers, reduction): the launch's 168, so the math
+ * warpgroups' decrease frees exactly what the producer warpgroup's increase
+ * takes. */
+#define MM_GEMM_TAIL_REGS 168
+static_assert(2 * 128 * MM_GEMM_MATH_REGS + 128 * MM_GEMM_PRODUCER_REGS <= MM_GEMM_TAIL_REGS * 384, "setmaxnreg budget");
 #define MM_GEMM_BLOCK_K 128
 #define MM_GEMM_SMEM_LIMIT 232448 /* 227 KB: Hopper's per-block opt-in maximum */
 #define MM_GEMM_MAX_STAGES 8
@@ -81,6 +86,18 @@ struct mm_gemm_cfg {
   static constexpr uint32_t kTxBytes = kStageA + kStageB + kStageSF;
   static constexpr uint32_t kStagingBytes = kStaging ? (uint32_t)BM * BN * 2 : 0;
   static constexpr int kGroupM = MM_GEMM_GROUP_ROWS / BM;   /* m-tiles per scheduler group */
+  /* Where stage s of each operand sits (bytes from stage 0) and how many A
+   * rows one TMA load brings. The engine's own kernels keep each operand's
+   * stages contiguous and load a tile's A rows in one box. The fused arm
+   * (device/fused/) runs two tile shapes over one pipeline: its tile types
+   * derive from this one and override these (mm_fused_tile): stages as large
+   * as the larger image, and A loaded per 128-row ring block (a 256-row tile
+   * spans two blocks whose ring slots need not be adjacent; tile_info's
+   * a_row1 / out_row1 then name the second block's rows). */
+  static constexpr uint32_t kStrideA = kStageA;
+  static constexpr uint32_t kStrideB = kStageB;
+  static constexpr uint32_t kStrideSF = kStageSF;
+  static constexpr int kABoxRows = BM;
 
   static_assert(BM == 64 || BM == 128 || BM == 256, "BM");
   static_assert(BN == 128 || BN == 256, "BN");
@@ -178,14 +195,14 @@ MM_DEVICE mm_gemm_smem mm_gemm_smem_carve(uint8_t* raw, const mm_gemm_layout& L)
 
 /* One thread; a CTA barrier must follow before any use. full: one arrival
  * (the producer's expect_tx) plus the TMA bytes; empty: one arrival per math
- * warp (8). */
-MM_DEVICE void mm_gemm_init_barriers(const mm_gemm_smem& sm) {
+ * warp (8); copy_empty: one per copy thread (the kernel's copy warps). */
+MM_DEVICE void mm_gemm_init_barriers(const mm_gemm_smem& sm, uint32_t copy_threads = MM_GEMM_COPY_THREADS) {
   for (uint32_t s = 0; s < sm.stages; ++s) {
     mm_mbar_init(sm.full + 8 * s, 1);
     mm_mbar_init(sm.empty + 8 * s, 8);
   }
   mm_mbar_init(sm.copy_full, MM_GEMM_MATH_THREADS);
-  mm_mbar_init(sm.copy_empty, MM_GEMM_COPY_THREADS);
+  mm_mbar_init(sm.copy_empty, copy_threads);
   *sm.abort = 0;
   mm_fence_mbar_init();
 }

@@ -325,6 +325,21 @@ extern "C" megamoe_status mm_gemm_plan_make(const mm_gemm_problem* p, mm_gemm_ti
   return MEGAMOE_OK;
 }
 
+extern "C" megamoe_status mm_gemm_plan_a_boxes(mm_gemm_plan* plan, int box_rows) {
+  MM_CHECK_NULL(plan, "gemm plan");
+  const tile_desc* t = tile_of(plan->tile);
+  if (!t) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm plan: tile %d (not made by mm_gemm_plan_make)", (int)plan->tile);
+  if (box_rows <= 0 || box_rows % 8 || t->bm % box_rows)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm plan: A box of %d rows for tile %s", box_rows, t->name);
+  if (t->bm <= box_rows) return MEGAMOE_OK; /* one box already */
+  const mm_gemm_problem* p = &plan->problem;
+  MM_TRY(make_map_2d(plan->maps[0], "A", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->a, (uint64_t)p->k, (uint64_t)p->rows_cap,
+                     (uint64_t)p->k, MM_GEMM_BLOCK_K, (uint32_t)box_rows, CU_TENSOR_MAP_SWIZZLE_128B));
+  return make_map_2d(plan->maps[2], "A_sf", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p->a_sf, (uint64_t)p->rows_cap,
+                     (uint64_t)(p->k / p->a_sf_block), (uint64_t)p->rows_cap * 4u, (uint32_t)box_rows, 1,
+                     CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
 extern "C" megamoe_status mm_gemm_plan_launch(const mm_gemm_plan* plan, cudaStream_t stream) {
   MM_CHECK_NULL(plan, "gemm plan");
   const tile_desc* t = tile_of(plan->tile);

@@ -35,6 +35,12 @@ struct mm_gemm_tile_info {
   int32_t n0;       /* first column */
   int32_t expert_a_row0; /* the expert's first A row (a multiple of MM_READY_BLOCK_ROWS) */
   int32_t expert_rows;   /* the expert's valid rows (for the rows-ready targets) */
+  /* Tiles whose A is loaded in two boxes (Cfg::kABoxRows < BM, the fused
+   * arm's 256-row tiles): the first A row and output row of the second box
+   * (tile rows kABoxRows ..). Not set by this scheduler (its tiles load A in
+   * one box). */
+  int32_t a_row1;
+  int32_t out_row1;
 };
 
 struct mm_sched_grouped {
