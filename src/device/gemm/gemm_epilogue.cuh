@@ -195,25 +195,29 @@ MM_DEVICE bool mm_gemm_epilogue_stage_for_copy(const mm_gemm_smem& sm, const mm_
 #define MM_GEMM_BAR_COPY 4 /* named barrier of the copy warps */
 
 /* Copy side: the MM_GEMM_COPY_THREADS copy threads (index c_tid), every tile
- * of this CTA. Per tile the rows' destinations are looked up into shared
+ * of this CTA, in the order next_tile gives them (the math warpgroups'
+ * order). Per tile the rows' destinations are looked up into shared
  * memory (the xwg area: BM pointers) while the math warps still compute the
  * tile; all copy threads take one decision per tile (bar.red.or), so they
  * leave together when the pipeline is abandoned. */
-template <class Cfg, class Sched>
-MM_DEVICE void mm_gemm_copy_loop(const mm_gemm_smem& sm, const Sched& sched, const mm_gemm_problem& p, int c_tid) {
+template <class Cfg, class NextTile>
+MM_DEVICE void mm_gemm_copy_loop(const mm_gemm_smem& sm, const mm_gemm_problem& p, int c_tid, NextTile&& next_tile) {
   static_assert(2 * Cfg::BM * sizeof(float) >= Cfg::BM * sizeof(void*), "row destinations fit the xwg area");
   constexpr int kChunks = Cfg::BN * 2 / 16; /* 16-byte chunks per row */
   uint8_t** dst = reinterpret_cast<uint8_t**>(sm.xwg);
-  mm_gemm_tile_info ti;
-  typename Sched::iter it = sched.begin();
-  for (uint32_t j = 0; sched.template next<Cfg>(it, ti); ++j) {
-    for (int r = c_tid; r < ti.rows; r += MM_GEMM_COPY_THREADS) {
-      const mm_pool_row d = p.scatter.rows[ti.out_row0 + r];
-      uint8_t* base = d.src_rank >= 0 && d.src_rank < MM_MAX_RANKS ? p.scatter.dst_base[d.src_rank] : nullptr;
-      dst[r] = base ? base + ((int64_t)d.token_slot * p.n + ti.n0) * 2 : nullptr;
-    }
-    const bool staged = mm_gemm_wait(sm, sm.copy_full, j & 1u, p);
-    /* Also the barrier that publishes dst[] to every copy thread. */
+  for (uint32_t j = 0;; ++j) {
+    /* next_tile(ti): 1 a tile, 0 none left, -1 gave up (the same in every copy thread but a give-up). */
+    mm_gemm_tile_info ti;
+    const int got = next_tile(ti);
+    if (got == 1)
+      for (int r = c_tid; r < ti.rows; r += MM_GEMM_COPY_THREADS) {
+        const mm_pool_row d = p.scatter.rows[ti.out_row0 + r];
+        uint8_t* base = d.src_rank >= 0 && d.src_rank < MM_MAX_RANKS ? p.scatter.dst_base[d.src_rank] : nullptr;
+        dst[r] = base ? base + ((int64_t)d.token_slot * p.n + ti.n0) * 2 : nullptr;
+      }
+    const bool staged = got == 1 && mm_gemm_wait(sm, sm.copy_full, j & 1u, p);
+    /* Also the barrier that publishes dst[] to every copy thread; all leave
+     * together (no tile left, or a wait gave up). */
     if (mm_named_barrier_or(MM_GEMM_BAR_COPY, MM_GEMM_COPY_THREADS, !staged)) break;
 #pragma unroll 2
     for (int idx = c_tid; idx < ti.rows * kChunks; idx += MM_GEMM_COPY_THREADS) {
