@@ -57,6 +57,7 @@ typedef enum mm_region_id {
   MM_WS_READY,           /* [P / MM_READY_BLOCK_ROWS] i32 rows pulled per pool block (split arm's L1 wait) */
   MM_WS_BLOCK_COUNTERS,  /* fused arm: [MM_FLAG_BANKS][MM_FUSED_COUNTERS][virtual blocks] i32 per-block
                           * counters (pulled rows, L1 done, L2 done), bank = forward & 1 (fused.h) */
+  MM_WS_TILE_COUNTERS,   /* [MM_TILE_COUNTERS] i32 tiles claimed per GEMM (gemm_dynamic.cuh; split arm) */
   MM_REGION_COUNT
 } mm_region_id;
 
@@ -198,6 +199,9 @@ typedef struct mm_device_status {
 
 /* State of an in-kernel grid barrier (comm/grid.cuh): zero-initialized once;
  * generation-based, so it is reused without any reset between rounds. */
+/* The split arm's dynamically scheduled GEMMs: counter 0 for L1, 1 for L2. */
+#define MM_TILE_COUNTERS 2
+
 typedef struct mm_grid_barrier_state {
   uint32_t arrived;    /* CTAs that arrived in the current round */
   uint32_t generation; /* rounds completed */

@@ -9,7 +9,7 @@
 #include "errors.h"
 
 /* Rows per expert standing for each regime when the tile is picked. */
-static const int64_t kRegimeRows[MM_REGIME_COUNT] = {64, 4096};
+static const int64_t kRegimeRows[MM_REGIME_COUNT] = {64, 128, 4096};
 
 /* The arm's GEMM problems without the weight pointers (mm_plan_make sets
  * them); with v == NULL, shapes and outputs only (what the tile check needs).
@@ -131,7 +131,8 @@ mm_regime mm_plan_regime(const megamoe_config* c, int num_ranks, int64_t num_tok
   const int64_t t = bound > 0 ? bound : num_tokens;
   /* Uniform routing: R * t * K slots over E experts. */
   const int64_t rows = (num_ranks * t * (int64_t)c->top_k + c->num_experts - 1) / c->num_experts;
-  return rows <= MM_DECODE_ROWS_PER_EXPERT ? MM_REGIME_DECODE : MM_REGIME_LARGE;
+  if (rows <= MM_DECODE_ROWS_PER_EXPERT) return MM_REGIME_DECODE;
+  return rows <= MM_MID_ROWS_PER_EXPERT ? MM_REGIME_MID : MM_REGIME_LARGE;
 }
 
 megamoe_status mm_arm_gemm_run(const mm_arm_gemm* g, cudaStream_t stream) {

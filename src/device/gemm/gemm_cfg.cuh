@@ -111,8 +111,11 @@ struct mm_gemm_cfg {
 
 /* The CTA's control block: the abort word at 0, the staging hand-off
  * barriers (copy_full at 8, copy_empty at 16) of an epilogue whose stores
- * other warps make (mm_gemm_copy_loop). */
-#define MM_GEMM_CTRL_BYTES 32u
+ * other warps make (mm_gemm_copy_loop); the tile-id ring of a dynamically
+ * scheduled GEMM (gemm_dynamic.cuh): MM_GEMM_TILE_RING ids at 32, their
+ * full barriers at 64, their empty barriers at 96. */
+#define MM_GEMM_TILE_RING 4
+#define MM_GEMM_CTRL_BYTES 128u
 
 static inline __host__ __device__ uint32_t mm_align_up_u32(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 
@@ -166,6 +169,9 @@ struct mm_gemm_smem {
   volatile int32_t* abort;  /* non-zero: a role gave up */
   uint32_t copy_full;       /* the staging area holds a tile for the copy warps (256 arrivals) */
   uint32_t copy_empty;      /* the copy warps are done reading it (MM_GEMM_COPY_THREADS arrivals) */
+  volatile int32_t* tile_ids; /* [MM_GEMM_TILE_RING] tiles the producer claimed (-1: none left) */
+  uint32_t tile_full;       /* barrier 0 of the ids' full barriers (1 arrival: the producer) */
+  uint32_t tile_empty;      /* barrier 0 of the ids' empty barriers (one arrival per reading warp) */
   uint8_t* sched;           /* the scheduler's arrays */
 };
 
@@ -189,14 +195,24 @@ MM_DEVICE mm_gemm_smem mm_gemm_smem_carve(uint8_t* raw, const mm_gemm_layout& L)
   sm.abort = reinterpret_cast<volatile int32_t*>(base + L.off_abort);
   sm.copy_full = addr + L.off_abort + 8;
   sm.copy_empty = addr + L.off_abort + 16;
+  sm.tile_ids = reinterpret_cast<volatile int32_t*>(base + L.off_abort + 32);
+  sm.tile_full = addr + L.off_abort + 64;
+  sm.tile_empty = addr + L.off_abort + 96;
   sm.sched = base + L.off_sched;
   return sm;
 }
 
 /* One thread; a CTA barrier must follow before any use. full: one arrival
  * (the producer's expect_tx) plus the TMA bytes; empty: one arrival per math
- * warp (8); copy_empty: one per copy thread (the kernel's copy warps). */
-MM_DEVICE void mm_gemm_init_barriers(const mm_gemm_smem& sm, uint32_t copy_threads = MM_GEMM_COPY_THREADS) {
+ * warp (8); copy_empty: one per copy thread (the kernel's copy warps).
+ * tile_ring_readers: the warps that read each claimed tile id (a dynamically
+ * scheduled GEMM; 8 math warps, plus the copy warps if any). */
+MM_DEVICE void mm_gemm_init_barriers(const mm_gemm_smem& sm, uint32_t copy_threads = MM_GEMM_COPY_THREADS,
+                                     int tile_ring_readers = 8) {
+  for (int i = 0; i < MM_GEMM_TILE_RING; ++i) {
+    mm_mbar_init(sm.tile_full + 8 * i, 1);
+    mm_mbar_init(sm.tile_empty + 8 * i, (uint32_t)tile_ring_readers);
+  }
   for (uint32_t s = 0; s < sm.stages; ++s) {
     mm_mbar_init(sm.full + 8 * s, 1);
     mm_mbar_init(sm.empty + 8 * s, 8);

@@ -242,13 +242,16 @@ MM_DEVICE bool mm_gemm_copy_tile(const mm_gemm_smem& sm, const mm_gemm_problem& 
 }
 
 /* Copy side: the MM_GEMM_COPY_THREADS copy threads (index c_tid), every tile
- * of this CTA, until the pipeline is abandoned. */
-template <class Cfg, class Sched>
-MM_DEVICE void mm_gemm_copy_loop(const mm_gemm_smem& sm, const Sched& sched, const mm_gemm_problem& p, int c_tid) {
-  mm_gemm_tile_info ti;
-  typename Sched::iter it = sched.begin();
-  for (uint32_t j = 0; sched.template next<Cfg>(it, ti); ++j)
-    if (!mm_gemm_copy_tile<Cfg, MM_GEMM_COPY_THREADS>(sm, p, ti, j, c_tid)) break;
+ * of this CTA in the order next_tile gives them (the math warpgroups' order),
+ * until none is left or the pipeline is abandoned. next_tile(ti): 1 a tile,
+ * 0 none left, -1 gave up (the same in every copy thread but a give-up). */
+template <class Cfg, class NextTile>
+MM_DEVICE void mm_gemm_copy_loop(const mm_gemm_smem& sm, const mm_gemm_problem& p, int c_tid, NextTile&& next_tile) {
+  for (uint32_t j = 0;; ++j) {
+    mm_gemm_tile_info ti;
+    const int got = next_tile(ti);
+    if (!mm_gemm_copy_tile<Cfg, MM_GEMM_COPY_THREADS>(sm, p, ti, j, c_tid, got == 1)) break;
+  }
 }
 
 /* Epilogue of the L1 GEMM: B is the prepared W1 (MM_W1_INTERLEAVE = 64), so

@@ -276,8 +276,13 @@ extern "C" megamoe_status mm_gemm_tile_check(mm_gemm_tile tile, int32_t out_kind
  * one-wave 128x128 for G = 64. */
 extern "C" mm_gemm_tile mm_gemm_pick_tile(const mm_gemm_problem* p, int64_t rows_per_expert) {
   if (rows_per_expert <= 0) rows_per_expert = p->num_experts > 0 ? (int64_t)p->rows_cap / p->num_experts : 0;
-  if (p->out_kind == MM_GEMM_OUT_SWIGLU_FP8)
-    return p->swiglu.group == 128 || rows_per_expert <= 128 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
+  if (p->out_kind == MM_GEMM_OUT_SWIGLU_FP8) {
+    if (p->swiglu.group != 128) return rows_per_expert <= 128 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
+    /* 65-128 rows per expert: one 128-row m-block reads the expert's weights
+     * once (two 64-row blocks read them twice: the split arm's L1 GEMM at
+     * 512 tokens per rank streamed ~1 GB for 537 MB of weights). */
+    return rows_per_expert > 64 && rows_per_expert <= 128 ? MM_GEMM_TILE_128x256 : MM_GEMM_TILE_64x256;
+  }
   if (rows_per_expert <= 128) return p->n % 256 == 0 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
   return MM_GEMM_TILE_256x128;
 }

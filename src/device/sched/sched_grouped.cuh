@@ -124,6 +124,16 @@ struct mm_sched_grouped {
   MM_DEVICE bool next(iter& it, mm_gemm_tile_info& ti) const {
     it.t += (int)gridDim.x;
     if (it.t >= total()) return false;
+    seek<Cfg>(it, it.t, ti);
+    return true;
+  }
+
+  /* Decodes tile t (0 <= t < total()) into ti; the tiles one iterator is
+   * moved to must only grow (the cursor over the experts only moves on):
+   * the static order above, or the tiles a CTA claims from a counter. */
+  template <class Cfg>
+  MM_DEVICE void seek(iter& it, int t, mm_gemm_tile_info& ti) const {
+    it.t = t;
     while (it.t >= tile_start[it.cursor + 1]) ++it.cursor;
     const int e = it.cursor;
     const int local = it.t - tile_start[e];
@@ -142,7 +152,6 @@ struct mm_sched_grouped {
     ti.n0 = n_t * Cfg::BN;
     ti.expert_a_row0 = a_off[e];
     ti.expert_rows = v;
-    return true;
   }
 };
 

@@ -8,6 +8,7 @@
 #include "comm/forward.cuh"
 #include "comm/grid.cuh"
 #include "comm/wait.cuh"
+#include "gemm/gemm_dynamic.cuh"
 #include "gemm/gemm_kernel.cuh"
 #include "route/route.cuh"
 #include "route/route_phases.cuh"
@@ -29,6 +30,10 @@ MM_DEVICE bool mm_split_route(const mm_layer_view& L, const mm_forward_view& F, 
   h.capacity_site = MM_SITE_POOL;
   h.has_call = 0;
   h.call = mm_call_tokens{0, 0};
+  /* Both GEMMs' tile counters, zeroed in phase A (before its grid
+   * barrier): the L1 GEMM claims after the third grid barrier, the L2 GEMM
+   * in kernel 2. */
+  if (blockIdx.x == 0 && threadIdx.x < MM_TILE_COUNTERS) mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS)[threadIdx.x] = 0;
   return mm_route_phases(L, F, h, scratch);
 }
 
@@ -47,6 +52,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
 
   mm_sched_grouped sched;
   mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, nullptr);
+  int32_t* tile_counter = mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) + 0;
 
   if (warp >= 8) {
     /* setmaxnreg moves registers inside the CTA's pool (168 x 384 at launch):
@@ -55,7 +61,8 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
     if (warp == 8) {
       if (lane == 0) {
-        mm_gemm_producer_loop<Cfg>(sm, sched, &tm_a, &tm_b, &tm_sfa, p, mm_tl_slot(L, MM_TL_L1_FIRST_TILE));
+        mm_gemm_producer_loop_dynamic<Cfg>(sm, sched, tile_counter, &tm_a, &tm_b, &tm_sfa, p,
+                                           mm_tl_slot(L, MM_TL_L1_FIRST_TILE));
         mm_tl_stamp(L, MM_TL_L1_LAST_ISSUED);
       }
     } else if (!mm_failed(mm_status(L))) {
@@ -82,7 +89,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
     const int wg = warp >> 2;
-    mm_gemm_math_loop<Cfg>(
+    mm_gemm_math_loop_dynamic<Cfg>(
         sm, sched, p, wg,
         [&](const mm_gemm_tile_info& ti, float (&acc)[Cfg::kWaves][64], bool) {
           mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc);
@@ -108,23 +115,26 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   if (tid == 0) mm_tl_stamp(L, MM_TL_K2_START);
 
   mm_sched_grouped sched;
-  mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, nullptr);
+  /* The claimed tile ids are read by the 8 math warps and the 3 copy warps. */
+  mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, nullptr, 8 + MM_GEMM_COPY_THREADS / 32);
+  int32_t* tile_counter = mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) + 1;
 
   if (warp >= 8) {
     /* Warp 8 loads the tiles; warps 9-11 copy each finished tile's rows to
      * their destinations (gemm_epilogue.cuh, mm_gemm_copy_loop). */
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
     if (warp == 8) {
-      if (lane == 0) mm_gemm_producer_loop<Cfg>(sm, sched, &tm_a, &tm_b, &tm_sfa, p);
+      if (lane == 0) mm_gemm_producer_loop_dynamic<Cfg>(sm, sched, tile_counter, &tm_a, &tm_b, &tm_sfa, p);
     } else {
-      mm_gemm_copy_loop<Cfg>(sm, sched, p, tid - 32 * MM_GEMM_AUX_WARP0);
+      mm_gemm_copy_next_dynamic<Cfg, mm_sched_grouped> next_tile(sm, sched, p);
+      mm_gemm_copy_loop<Cfg>(sm, p, tid - 32 * MM_GEMM_AUX_WARP0, next_tile);
     }
     mm_setmaxnreg_inc<MM_GEMM_TAIL_REGS>();
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
     const int wg = warp >> 2;
     int tile_index = 0;
-    mm_gemm_math_loop<Cfg>(
+    mm_gemm_math_loop_dynamic<Cfg>(
         sm, sched, p, wg,
         [&](const mm_gemm_tile_info&, float (&acc)[Cfg::kWaves][64], bool) {
           mm_gemm_epilogue_stage_for_copy<Cfg>(sm, p, tile_index++, wg, acc);
