@@ -8,8 +8,13 @@
 #include "device/split/split.h"
 #include "errors.h"
 
-/* Rows per expert standing for each regime when the tile is picked. */
+/* Rows per expert standing for each regime when the tile is picked. The
+ * fused arm has kernels for the decode and large pairs only: its mid regime
+ * takes the decode pair (one 64-row L1 m-block per 64 rows). */
 static const int64_t kRegimeRows[MM_REGIME_COUNT] = {64, 128, 4096};
+static int64_t regime_rows(const megamoe_config* c, int r) {
+  return c->arm == MEGAMOE_ARM_FUSED && r == MM_REGIME_MID ? kRegimeRows[MM_REGIME_DECODE] : kRegimeRows[r];
+}
 
 /* The arm's GEMM problems without the weight pointers (mm_plan_make sets
  * them); with v == NULL, shapes and outputs only (what the tile check needs).
@@ -74,7 +79,7 @@ megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
   const int n = arm_problems(c, NULL, El, MM_POOL_ROW_ALIGN * (int64_t)El, p);
   for (int r = 0; r < MM_REGIME_COUNT; ++r)
     for (int g = 0; g < n; ++g) {
-      const mm_gemm_tile tile = mm_gemm_pick_tile(&p[g], kRegimeRows[r]);
+      const mm_gemm_tile tile = mm_gemm_pick_tile(&p[g], regime_rows(c, r));
       megamoe_status st = mm_gemm_tile_check(tile, p[g].out_kind, p[g].a_sf_block, p[g].swiglu.group, El, NULL);
       if (st != MEGAMOE_OK) {
         char msg[512];
@@ -86,7 +91,7 @@ megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
    * stages hold either image: the pair of each regime. */
   if (c->arm == MEGAMOE_ARM_FUSED)
     for (int r = 0; r < MM_REGIME_COUNT; ++r) {
-      const mm_gemm_tile t1 = mm_gemm_pick_tile(&p[0], kRegimeRows[r]), t2 = mm_gemm_pick_tile(&p[1], kRegimeRows[r]);
+      const mm_gemm_tile t1 = mm_gemm_pick_tile(&p[0], regime_rows(c, r)), t2 = mm_gemm_pick_tile(&p[1], regime_rows(c, r));
       megamoe_status st = mm_fused_check(t1, t2, p[1].a_sf_block, El, NULL);
       if (st != MEGAMOE_OK) {
         char msg[512];
@@ -115,7 +120,7 @@ megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_lay
       a->problem = p[g];
       a->engine = engine;
       if (engine == MM_GEMM_ENGINE_WGMMA) {
-        MM_TRY(mm_gemm_plan_make(&p[g], mm_gemm_pick_tile(&p[g], kRegimeRows[r]), &a->plan));
+        MM_TRY(mm_gemm_plan_make(&p[g], mm_gemm_pick_tile(&p[g], regime_rows(c, r)), &a->plan));
       } else {
         MM_TRY(mm_gemm_check(&p[g]));
       }

@@ -334,9 +334,11 @@ extern "C" megamoe_status mm_gemm_plan_a_boxes(mm_gemm_plan* plan, int box_rows)
   MM_CHECK_NULL(plan, "gemm plan");
   const tile_desc* t = tile_of(plan->tile);
   if (!t) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm plan: tile %d (not made by mm_gemm_plan_make)", (int)plan->tile);
-  if (box_rows <= 0 || box_rows % 8 || t->bm % box_rows)
+  if (box_rows <= 0 || box_rows % 8)
     return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm plan: A box of %d rows for tile %s", box_rows, t->name);
   if (t->bm <= box_rows) return MEGAMOE_OK; /* one box already */
+  if (t->bm % box_rows)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm plan: A box of %d rows does not divide tile %s", box_rows, t->name);
   const mm_gemm_problem* p = &plan->problem;
   MM_TRY(make_map_2d(plan->maps[0], "A", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->a, (uint64_t)p->k, (uint64_t)p->rows_cap,
                      (uint64_t)p->k, MM_GEMM_BLOCK_K, (uint32_t)box_rows, CU_TENSOR_MAP_SWIZZLE_128B));
