@@ -45,7 +45,7 @@ struct megamoe_layer {
   char reject_message[512];
   mm_gemm_engine engine;
   mm_plan plan;          /* GEMM problems and plans, made when the weights are set */
-  uint64_t* timeline;    /* the split arm's diagnostic timeline (MEGAMOE_TIMELINE=1), or NULL */
+  uint64_t* timeline;    /* the persistent arms' diagnostic timeline (MEGAMOE_TIMELINE=1), or NULL */
   mm_layer_view view;
 };
 
@@ -210,9 +210,9 @@ static megamoe_status finish_create(megamoe_layer* l, megamoe_layer** layer_out)
   const uint8_t* stand_in = (const uint8_t*)l->workspace;
   megamoe_status st = mm_plan_make(&l->plan, &l->config, &l->view, (int)l->engine, stand_in,
                                    (const float*)stand_in, stand_in, (const float*)stand_in);
-  /* The split arm's diagnostic timeline (src/host/timeline.h), on request. */
+  /* The persistent arms' diagnostic timeline (src/host/timeline.h), on request. */
   const char* tl = getenv("MEGAMOE_TIMELINE");
-  if (st == MEGAMOE_OK && tl && strcmp(tl, "1") == 0 && l->config.arm == MEGAMOE_ARM_SPLIT) {
+  if (st == MEGAMOE_OK && tl && strcmp(tl, "1") == 0 && l->config.arm != MEGAMOE_ARM_STAGED) {
     const size_t bytes = sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS;
     cudaError_t e = cudaMalloc((void**)&l->timeline, bytes);
     if (e == cudaSuccess) e = cudaMemset(l->timeline, 0, bytes);

@@ -49,6 +49,7 @@
 #include "ptx/tma.cuh"
 #include "route/route.cuh"
 #include "route/route_phases.cuh"
+#include "timeline.cuh"
 #include "view.cuh"
 
 /* Warps of the producer warpgroup (warp 8 issues the TMA loads): copy warps,
@@ -156,35 +157,45 @@ MM_DEVICE bool mm_fused_wait_blocks(const mm_gemm_smem& sm, const mm_gemm_proble
 }
 
 template <class T1, class T2>
-MM_DEVICE void mm_fused_produce(const mm_fused_cta& c, const CUtensorMap* tm_a1, const CUtensorMap* tm_b1,
+MM_DEVICE void mm_fused_produce(const mm_layer_view& L, const mm_fused_cta& c, const CUtensorMap* tm_a1, const CUtensorMap* tm_b1,
                                 const CUtensorMap* tm_sf1, const CUtensorMap* tm_a2, const CUtensorMap* tm_b2,
                                 const CUtensorMap* tm_sf2, const mm_gemm_problem& p1, const mm_gemm_problem& p2) {
   const mm_fused_stream* s = c.s;
   mm_gemm_pipe pipe = {0u, 0u};
+  uint64_t waited[2] = {0, 0}; /* timeline: ns in the counter waits, per GEMM */
+  bool first[2] = {true, true};
   for (int64_t t = blockIdx.x; t < s->tasks; t += gridDim.x) {
     mm_fused_task task;
     mm_fused_task_at(s, t, &task);
+    const uint64_t t0 = mm_tl_now(L);
     bool ok;
     if (task.gemm == 0) {
       /* The block's rows pulled into its slot. */
       const mm_gemm_smem sm1 = mm_fused_view_l1<T1>(c.sm);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
-      ok = mm_fused_wait_blocks(sm1, p1, s, c.pulled, MM_FUSED_PULLED, task) &&
-           mm_gemm_produce_tile_loads<T1>(sm1, pipe, tm_a1, tm_b1, tm_sf1, p1, ti);
+      ok = mm_fused_wait_blocks(sm1, p1, s, c.pulled, MM_FUSED_PULLED, task);
+      waited[0] += mm_tl_now(L) - t0;
+      ok = ok && mm_gemm_produce_tile_loads<T1>(sm1, pipe, tm_a1, tm_b1, tm_sf1, p1, ti);
     } else {
       /* Every L1 tile of the blocks written (their fp8 rows and scales). */
       const mm_gemm_smem sm2 = mm_fused_view_l2<T2>(c.sm);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
-      ok = mm_fused_wait_blocks(sm2, p2, s, c.l1_done, MM_FUSED_L1_DONE, task) &&
-           mm_gemm_produce_tile_loads<T2>(sm2, pipe, tm_a2, tm_b2, tm_sf2, p2, ti);
+      ok = mm_fused_wait_blocks(sm2, p2, s, c.l1_done, MM_FUSED_L1_DONE, task);
+      waited[1] += mm_tl_now(L) - t0;
+      ok = ok && mm_gemm_produce_tile_loads<T2>(sm2, pipe, tm_a2, tm_b2, tm_sf2, p2, ti);
     }
     if (!ok) break; /* the abort word is set: the other roles leave too */
+    if (first[task.gemm]) mm_tl_stamp(L, task.gemm == 0 ? MM_TL_L1_FIRST_TILE : MM_TL_K2_START);
+    first[task.gemm] = false;
+    if (task.gemm == 0) mm_tl_stamp(L, MM_TL_L1_LAST_ISSUED);
   }
+  mm_tl_add(L, MM_TL_WAIT_PULLED, waited[0]);
+  mm_tl_add(L, MM_TL_WAIT_L1_DONE, waited[1]);
 }
 
 /* ---- Math warpgroups (warps 0-7) ------------------------------------------ */
 template <class T1, class T2>
-MM_DEVICE void mm_fused_math(const mm_gemm_smem& sm, const mm_fused_stream* s, int32_t* l1_done,
+MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_gemm_smem& sm, const mm_fused_stream* s, int32_t* l1_done,
                              const mm_gemm_problem& p1, const mm_gemm_problem& p2, int wg) {
   const mm_gemm_smem sm1 = mm_fused_view_l1<T1>(sm), sm2 = mm_fused_view_l2<T2>(sm);
   mm_gemm_pipe pipe = {0u, 0u};
@@ -203,7 +214,10 @@ MM_DEVICE void mm_fused_math(const mm_gemm_smem& sm, const mm_fused_stream* s, i
        * threads' barrier, one release that is cumulative over them. */
       mm_fence_proxy_async_global();
       mm_gemm_math_barrier();
-      if (threadIdx.x == 0) mm_red_release_gpu_add_s32(l1_done + task.block0, task.rows);
+      if (threadIdx.x == 0) {
+        mm_red_release_gpu_add_s32(l1_done + task.block0, task.rows);
+        mm_tl_stamp(L, MM_TL_L1_MATH_END);
+      }
     } else {
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
       float acc[T2::kWaves][64];
@@ -212,13 +226,14 @@ MM_DEVICE void mm_fused_math(const mm_gemm_smem& sm, const mm_fused_stream* s, i
       /* False: the hand-off gave up (the abort word is set); the next
        * tile's vote leaves, the copy warps leave on the abort word. */
       (void)mm_gemm_epilogue_stage_for_copy<T2>(sm2, p2, l2_tiles++, wg, acc);
+      if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
     }
   }
 }
 
 /* ---- Copy warps (warp 9) ----------------------------------------------------- */
 template <class T2>
-MM_DEVICE void mm_fused_copy(const mm_fused_cta& c, const mm_gemm_problem& p2, int c_tid) {
+MM_DEVICE void mm_fused_copy(const mm_layer_view& L, const mm_fused_cta& c, const mm_gemm_problem& p2, int c_tid) {
   const int lane = threadIdx.x & 31;
   const mm_fused_stream* s = c.s;
   uint32_t j = 0; /* L2 tiles of this CTA so far: the hand-off's index */
@@ -236,6 +251,7 @@ MM_DEVICE void mm_fused_copy(const mm_fused_cta& c, const mm_gemm_problem& p2, i
      * any load, implies them, so this rarely waits. */
     int ready = 1;
     if (lane == 0) {
+      const uint64_t t0 = mm_tl_now(L);
       mm_wait_ctx ctx;
       ctx.status = p2.status;
       ctx.timeout_ns = p2.timeout_ns;
@@ -244,6 +260,7 @@ MM_DEVICE void mm_fused_copy(const mm_fused_cta& c, const mm_gemm_problem& p2, i
       for (int64_t b = task.block0; ready && b <= task.block0 + (rows1 > 0 ? 1 : 0); ++b)
         ready = mm_wait_counter_geq<false>(c.pulled + b, (int32_t)mm_fused_counter_target(s, MM_FUSED_PULLED, b), ctx,
                                            (int)b);
+      mm_tl_add(L, MM_TL_WAIT_COPY, mm_tl_now(L) - t0);
     }
     __syncwarp(); /* lane 0's acquire before the other lanes' lookups */
     ready = __shfl_sync(0xffffffffu, ready, 0);
@@ -281,6 +298,7 @@ MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, int 
       if (prev >= 0) {
         int slot_free = 1;
         if (lane == 0) {
+          const uint64_t t0 = mm_tl_now(L);
           mm_wait_ctx ctx;
           ctx.status = mm_status(L);
           ctx.timeout_ns = L.timeout_ns;
@@ -289,6 +307,7 @@ MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, int 
           slot_free = mm_wait_counter_geq<false>(
               c.l2_done + prev, (int32_t)mm_fused_counter_target(s, MM_FUSED_L2_DONE, prev), ctx, prev);
           if (!slot_free) *c.sm.abort = 1; /* this CTA's other roles leave too */
+          mm_tl_add(L, MM_TL_WAIT_SLOT, mm_tl_now(L) - t0);
           /* The slot's earlier readers include TMA (async proxy) loads,
            * complete before L2_DONE was released; ordered before this
            * warp's generic stores to the slot (docs/FUSED.md Q4). */
@@ -307,6 +326,7 @@ MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, int 
     __syncwarp();
     if (lane == 0) mm_red_release_gpu_add_s32(c.pulled + b, 1);
   }
+  if (lane == 0) mm_tl_stamp_latest(L, MM_TL_PULL_END);
 }
 
 /* ---- The kernel ------------------------------------------------------------ */
@@ -334,6 +354,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
    * virtual: in the single-wave order it must fit the ring (the bound
    * verdict in front makes this the last line against a bug), in the lag
    * order the counters of one bank (the worst case at T_max). */
+  if (tid == 0) mm_tl_zero_durations(L); /* this CTA's; its roles add after the routing's grid barriers */
   {
     const uint64_t fwd = mm_forward_number(st);
     mm_route_hooks h;
@@ -385,9 +406,9 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
     mm_fused_role_ctx();
     if (warp == MM_FUSED_PRODUCER_WARP) {
-      if (lane == 0) mm_fused_produce<T1, T2>(ctl, &tm_a1, &tm_b1, &tm_sf1, &tm_a2, &tm_b2, &tm_sf2, p1, p2);
+      if (lane == 0) mm_fused_produce<T1, T2>(L, ctl, &tm_a1, &tm_b1, &tm_sf1, &tm_a2, &tm_b2, &tm_sf2, p1, p2);
     } else if (warp < MM_FUSED_PULL_WARP0) {
-      mm_fused_copy<T2>(ctl, p2, tid - 32 * MM_FUSED_COPY_WARP0);
+      mm_fused_copy<T2>(L, ctl, p2, tid - 32 * MM_FUSED_COPY_WARP0);
     } else if (!mm_failed(st)) {
       mm_fused_pull(L, ctl, blockIdx.x * MM_FUSED_PULL_WARPS + (warp - MM_FUSED_PULL_WARP0),
                     gridDim.x * MM_FUSED_PULL_WARPS);
@@ -395,7 +416,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_setmaxnreg_inc<MM_GEMM_TAIL_REGS>();
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
-    mm_fused_math<T1, T2>(sm, s, l1_done, p1, p2, warp >> 2);
+    mm_fused_math<T1, T2>(L, sm, s, l1_done, p1, p2, warp >> 2);
     mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
   }
 
@@ -405,11 +426,17 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
   const mm_wait_ctx gctx = mm_persistent_grid_ctx(L);
   bool ok = mm_grid_barrier(gb, gctx);
+  if (tid == 0) mm_tl_stamp(L, MM_TL_PUSHED);
   if (ok && blockIdx.x == 0 && tid < 32)
     mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 1), MM_SITE_BARRIER_COMBINE);
   /* After barrier 1 every peer's rows for this rank's tokens have landed. */
   if (ok) ok = mm_grid_barrier(gb, gctx);
+  if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED);
   if (ok && !mm_failed(st)) mm_reduce_tokens(L, F, warp, MM_GEMM_THREADS / 32);
+  if (L.timeline) {
+    __syncthreads(); /* every warp's reductions, then the stamp */
+    if (tid == 0) mm_tl_stamp(L, MM_TL_REDUCED);
+  }
   /* Every CTA, whatever happened: the forward's end (its arrival count must
    * see every CTA once, or the next forward's number would move early). */
   mm_forward_end(L);
