@@ -56,11 +56,18 @@
  * then pull warps (docs/FUSED.md section 10: the split is a knob). */
 #define MM_FUSED_PRODUCER_WARP 8
 #define MM_FUSED_COPY_WARP0 9
+#ifndef MM_FUSED_COPY_WARPS
 #define MM_FUSED_COPY_WARPS 1
+#endif
 #define MM_FUSED_PULL_WARP0 (MM_FUSED_COPY_WARP0 + MM_FUSED_COPY_WARPS)
 #define MM_FUSED_PULL_WARPS (MM_GEMM_THREADS / 32 - MM_FUSED_PULL_WARP0)
 #define MM_FUSED_COPY_THREADS (32 * MM_FUSED_COPY_WARPS)
 static_assert(MM_FUSED_COPY_WARPS >= 1 && MM_FUSED_PULL_WARPS >= 1, "the producer warpgroup holds both roles");
+/* Warps that read each task of the ring (the math warps and the copy warps). */
+#define MM_FUSED_TASK_READERS (8 + MM_FUSED_COPY_WARPS)
+/* Named barrier where the producer warpgroup waits, without spinning, for
+ * the math warpgroups to give back their registers (below). */
+#define MM_FUSED_BAR_REGS 5
 
 /* A tile shape of the fused kernel: the engine's config with one stage size
  * for both shapes (kStage bytes, A at the stage's start, B right after the
@@ -112,6 +119,7 @@ static inline __host__ __device__ mm_gemm_layout mm_fused_layout(int experts) {
  * warpgroups only gain registers: they keep theirs.) */
 struct mm_fused_cta {
   mm_gemm_smem sm;           /* the pipeline (each GEMM sees it through mm_fused_view_l1 / _l2) */
+  mm_fused_task ring[MM_GEMM_TILE_RING]; /* the producer's decoded tasks for the math and copy warps (below) */
   const mm_fused_stream* s;  /* the stream (fused_stream.cuh) */
   int32_t* pulled;           /* this forward's counter bank, per virtual block */
   int32_t* l1_done;
@@ -141,6 +149,36 @@ MM_DEVICE mm_gemm_smem mm_fused_view_l2(const mm_gemm_smem& sm) {
   return v;
 }
 
+/* ---- The task ring ----------------------------------------------------------
+ * The producer thread decodes each of the CTA's tasks once (mm_fused_task_at:
+ * binary searches and 64-bit divisions, microseconds per task in 40
+ * registers) and hands it to the math and copy warps through
+ * MM_GEMM_TILE_RING entries of shared memory, with the engine's tile-id
+ * barriers (gemm_cfg.cuh): the producer waits tile_empty[s], writes the
+ * entry, arrives tile_full[s] (release); every reading warp waits
+ * tile_full[s] (acquire), reads, and its lane 0 arrives tile_empty[s]. The
+ * math warps thus start each tile's mainloop without decoding anything. A
+ * task with gemm = -1 ends the sequence. */
+MM_DEVICE bool mm_fused_publish_task(mm_fused_cta& c, const mm_gemm_problem& p, uint32_t j, const mm_fused_task& t) {
+  const uint32_t s = j % MM_GEMM_TILE_RING, parity = (j / MM_GEMM_TILE_RING) & 1u;
+  if (!mm_gemm_wait(c.sm, c.sm.tile_empty + 8 * s, parity ^ 1u, p)) return false;
+  c.ring[s] = t;
+  mm_mbar_arrive(c.sm.tile_full + 8 * s);
+  return true;
+}
+
+/* Every thread of a reading warp: the j-th task into *t. False when the wait
+ * gave up (t->gemm = -1 then). */
+MM_DEVICE bool mm_fused_read_task(const mm_fused_cta& c, const mm_gemm_problem& p, uint32_t j, mm_fused_task* t) {
+  const uint32_t s = j % MM_GEMM_TILE_RING, parity = (j / MM_GEMM_TILE_RING) & 1u;
+  const bool ok = mm_gemm_wait(c.sm, c.sm.tile_full + 8 * s, parity, p);
+  if (ok) *t = c.ring[s];
+  else t->gemm = -1;
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mm_mbar_arrive(c.sm.tile_empty + 8 * s);
+  return ok;
+}
+
 /* ---- Producer (warp 8, lane 0) ------------------------------------------- */
 
 /* Waits until counter[b] of the task's blocks reaches its target (the first
@@ -157,16 +195,19 @@ MM_DEVICE bool mm_fused_wait_blocks(const mm_gemm_smem& sm, const mm_gemm_proble
 }
 
 template <class T1, class T2>
-MM_DEVICE void mm_fused_produce(const mm_layer_view& L, const mm_fused_cta& c, const CUtensorMap* tm_a1, const CUtensorMap* tm_b1,
+MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const CUtensorMap* tm_a1, const CUtensorMap* tm_b1,
                                 const CUtensorMap* tm_sf1, const CUtensorMap* tm_a2, const CUtensorMap* tm_b2,
                                 const CUtensorMap* tm_sf2, const mm_gemm_problem& p1, const mm_gemm_problem& p2) {
   const mm_fused_stream* s = c.s;
   mm_gemm_pipe pipe = {0u, 0u};
   uint64_t waited[2] = {0, 0}; /* timeline: ns in the counter waits, per GEMM */
   bool first[2] = {true, true};
-  for (int64_t t = blockIdx.x; t < s->tasks; t += gridDim.x) {
+  uint32_t j = 0;
+  for (int64_t t = blockIdx.x;; t += gridDim.x) {
     mm_fused_task task;
-    mm_fused_task_at(s, t, &task);
+    if (t < s->tasks) mm_fused_task_at(s, t, &task);
+    else task.gemm = -1; /* the end of the sequence */
+    if (!mm_fused_publish_task(c, p1, j++, task) || task.gemm < 0) break;
     const uint64_t t0 = mm_tl_now(L);
     bool ok;
     if (task.gemm == 0) {
@@ -194,41 +235,68 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, const mm_fused_cta& c, c
 }
 
 /* ---- Math warpgroups (warps 0-7) ------------------------------------------ */
+/* L1_DONE of an L1 tile is published late: after the NEXT tile's mainloop,
+ * when the tile's fp8 stores have long completed, so neither the proxy
+ * fence nor the release stalls the tensor cores. Before an L2 tile's
+ * mainloop it is published first: that tile's producer may be waiting on
+ * this very counter (the single-wave order's first L2 tile depends on the
+ * CTA's own last L1 tiles). Tiles of one L1 unit never wait on each other,
+ * and the lag order keeps an L2 task >= lag units behind. */
+struct mm_fused_l1_pending {
+  int64_t block0; /* -1: nothing pending */
+  int32_t rows;
+};
+
+/* Every math thread: L1_DONE for the pending tile, if any. Its fp8 codes and
+ * scales, then the async-proxy fence (an L2 producer's TMA reads them next),
+ * the math threads' barrier, one release that is cumulative over them. */
+MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, int32_t* l1_done, mm_fused_l1_pending& pend) {
+  if (pend.block0 < 0) return;
+  mm_fence_proxy_async_global();
+  mm_gemm_math_barrier();
+  if (threadIdx.x == 0) {
+    mm_red_release_gpu_add_s32(l1_done + pend.block0, pend.rows);
+    mm_tl_stamp(L, MM_TL_L1_MATH_END);
+  }
+  pend.block0 = -1;
+}
+
 template <class T1, class T2>
-MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_gemm_smem& sm, const mm_fused_stream* s, int32_t* l1_done,
-                             const mm_gemm_problem& p1, const mm_gemm_problem& p2, int wg) {
+MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_cta& c, const mm_gemm_smem& sm,
+                             const mm_fused_stream* s, int32_t* l1_done, const mm_gemm_problem& p1,
+                             const mm_gemm_problem& p2, int wg) {
   const mm_gemm_smem sm1 = mm_fused_view_l1<T1>(sm), sm2 = mm_fused_view_l2<T2>(sm);
   mm_gemm_pipe pipe = {0u, 0u};
   int l2_tiles = 0; /* the copy hand-off's tile index (gemm_epilogue.cuh) */
-  for (int64_t t = blockIdx.x; t < s->tasks; t += gridDim.x) {
+  mm_fused_l1_pending pend = {-1, 0};
+  for (uint32_t j = 0;; ++j) {
     mm_fused_task task;
-    mm_fused_task_at(s, t, &task);
+    const bool got = mm_fused_read_task(c, p1, j, &task);
+    /* One decision for the 256 math threads (a wait that gave up in some). */
+    if (!mm_gemm_math_vote_ok(sm1, got)) return;
+    if (task.gemm < 0) break;
     if (task.gemm == 0) {
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
       float acc[T1::kWaves][64];
       const bool mine = mm_gemm_consume_tile<T1>(sm1, pipe, p1, ti, wg, acc);
-      if (!mm_gemm_math_vote_ok(sm1, mine)) break;
+      if (!mm_gemm_math_vote_ok(sm1, mine)) return;
+      mm_fused_publish_l1(L, l1_done, pend);
       mm_gemm_epilogue_swiglu<T1>(sm1, p1, ti, wg, acc);
-      /* L1_DONE: every math thread's fp8 codes and scales, then the async-
-       * proxy fence (an L2 producer's TMA reads them next), the math
-       * threads' barrier, one release that is cumulative over them. */
-      mm_fence_proxy_async_global();
-      mm_gemm_math_barrier();
-      if (threadIdx.x == 0) {
-        mm_red_release_gpu_add_s32(l1_done + task.block0, task.rows);
-        mm_tl_stamp(L, MM_TL_L1_MATH_END);
-      }
+      pend.block0 = task.block0;
+      pend.rows = task.rows;
     } else {
+      mm_fused_publish_l1(L, l1_done, pend);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
       float acc[T2::kWaves][64];
       const bool mine = mm_gemm_consume_tile<T2>(sm2, pipe, p2, ti, wg, acc);
-      if (!mm_gemm_math_vote_ok(sm2, mine)) break;
+      if (!mm_gemm_math_vote_ok(sm2, mine)) return;
       /* False: the hand-off gave up (the abort word is set); the next
        * tile's vote leaves, the copy warps leave on the abort word. */
       (void)mm_gemm_epilogue_stage_for_copy<T2>(sm2, p2, l2_tiles++, wg, acc);
       if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
     }
   }
+  mm_fused_publish_l1(L, l1_done, pend);
 }
 
 /* ---- Copy warps (warp 9) ----------------------------------------------------- */
@@ -237,9 +305,9 @@ MM_DEVICE void mm_fused_copy(const mm_layer_view& L, const mm_fused_cta& c, cons
   const int lane = threadIdx.x & 31;
   const mm_fused_stream* s = c.s;
   uint32_t j = 0; /* L2 tiles of this CTA so far: the hand-off's index */
-  for (int64_t t = blockIdx.x; t < s->tasks; t += gridDim.x) {
-    mm_fused_task task;
-    mm_fused_task_at(s, t, &task);
+  for (uint32_t k = 0;; ++k) {
+    mm_fused_task task; /* every task of the ring: this warp is one of its readers */
+    if (!mm_fused_read_task(c, p2, k, &task) || task.gemm < 0) break;
     if (task.gemm == 0) continue;
     const mm_gemm_smem sm2 = mm_fused_view_l2<T2>(c.sm);
     const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
@@ -385,7 +453,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       mm_tma_prefetch_map(&tm_a2);
       mm_tma_prefetch_map(&tm_b2);
       mm_tma_prefetch_map(&tm_sf2);
-      mm_gemm_init_barriers(sm, MM_FUSED_COPY_THREADS);
+      mm_gemm_init_barriers(sm, MM_FUSED_COPY_THREADS, MM_FUSED_TASK_READERS);
     }
     uint8_t* stream_smem = sm.sched + (uint32_t)C2::BM * 8u; /* after the copy warps' row destinations */
     s = mm_fused_stream_build_cta(stream_smem, mm_ws<int32_t>(L, MM_WS_POOL_COUNT), order, L.local_experts, C1::BM,
@@ -413,11 +481,19 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       mm_fused_pull(L, ctl, blockIdx.x * MM_FUSED_PULL_WARPS + (warp - MM_FUSED_PULL_WARP0),
                     gridDim.x * MM_FUSED_PULL_WARPS);
     }
+    /* The registers come back only when the math warpgroups give theirs up:
+     * wait for that at a barrier (the pull warps finish long before the
+     * GEMMs; a setmaxnreg.inc retried in a loop took 18 % of the kernel's
+     * issued instructions). The warp converges first (warp 8's lane 0 ran
+     * the producer alone). */
+    __syncwarp();
+    mm_named_barrier_sync(MM_FUSED_BAR_REGS, MM_GEMM_THREADS);
     mm_setmaxnreg_inc<MM_GEMM_TAIL_REGS>();
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
-    mm_fused_math<T1, T2>(L, sm, s, l1_done, p1, p2, warp >> 2);
+    mm_fused_math<T1, T2>(L, ctl, sm, s, l1_done, p1, p2, warp >> 2);
     mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
+    mm_named_barrier_arrive(MM_FUSED_BAR_REGS, MM_GEMM_THREADS); /* the registers are free */
   }
 
   /* E. Every thread's combine stores (to peers over NVLink) before the grid
