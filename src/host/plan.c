@@ -2,6 +2,7 @@
 #include "plan.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device/fused/fused_arm.h"
@@ -14,6 +15,17 @@
 static const int64_t kRegimeRows[MM_REGIME_COUNT] = {64, 128, 4096};
 static int64_t regime_rows(const megamoe_config* c, int r) {
   return c->arm == MEGAMOE_ARM_FUSED && r == MM_REGIME_MID ? kRegimeRows[MM_REGIME_DECODE] : kRegimeRows[r];
+}
+
+/* The tile of GEMM g (0: L1, 1: L2) in regime r. MEGAMOE_FUSED_L2_TILE=128x128
+ * (a diagnostic, read at create) gives the fused arm's large regime a
+ * 128x128 L2 tile instead of 256x128: half the staging area, so one more
+ * pipeline stage fits the shared memory. */
+static mm_gemm_tile pick_tile(const megamoe_config* c, const mm_gemm_problem* p, int g, int r) {
+  const char* e = getenv("MEGAMOE_FUSED_L2_TILE");
+  if (c->arm == MEGAMOE_ARM_FUSED && g == 1 && r == MM_REGIME_LARGE && e && strcmp(e, "128x128") == 0)
+    return MM_GEMM_TILE_128x128;
+  return mm_gemm_pick_tile(p, regime_rows(c, r));
 }
 
 /* The arm's GEMM problems without the weight pointers (mm_plan_make sets
@@ -79,7 +91,7 @@ megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
   const int n = arm_problems(c, NULL, El, MM_POOL_ROW_ALIGN * (int64_t)El, p);
   for (int r = 0; r < MM_REGIME_COUNT; ++r)
     for (int g = 0; g < n; ++g) {
-      const mm_gemm_tile tile = mm_gemm_pick_tile(&p[g], regime_rows(c, r));
+      const mm_gemm_tile tile = pick_tile(c, &p[g], g, r);
       megamoe_status st = mm_gemm_tile_check(tile, p[g].out_kind, p[g].a_sf_block, p[g].swiglu.group, El, NULL);
       if (st != MEGAMOE_OK) {
         char msg[512];
@@ -91,7 +103,7 @@ megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
    * stages hold either image: the pair of each regime. */
   if (c->arm == MEGAMOE_ARM_FUSED)
     for (int r = 0; r < MM_REGIME_COUNT; ++r) {
-      const mm_gemm_tile t1 = mm_gemm_pick_tile(&p[0], regime_rows(c, r)), t2 = mm_gemm_pick_tile(&p[1], regime_rows(c, r));
+      const mm_gemm_tile t1 = pick_tile(c, &p[0], 0, r), t2 = pick_tile(c, &p[1], 1, r);
       megamoe_status st = mm_fused_check(t1, t2, p[1].a_sf_block, El, NULL);
       if (st != MEGAMOE_OK) {
         char msg[512];
@@ -120,7 +132,7 @@ megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_lay
       a->problem = p[g];
       a->engine = engine;
       if (engine == MM_GEMM_ENGINE_WGMMA) {
-        MM_TRY(mm_gemm_plan_make(&p[g], mm_gemm_pick_tile(&p[g], regime_rows(c, r)), &a->plan));
+        MM_TRY(mm_gemm_plan_make(&p[g], pick_tile(c, &p[g], g, r), &a->plan));
       } else {
         MM_TRY(mm_gemm_check(&p[g]));
       }
