@@ -268,19 +268,6 @@ MM_DEVICE void mm_gemm_sfb_rows(const mm_gemm_problem& p, const mm_gemm_tile_inf
     for (int h = 0; h < 2; ++h) sfb[wn][h] = sfb_e + (int64_t)((ti.n0 + col_w + 128 * wn + 64 * h) / bsn) * kblocks;
 }
 
-/* B scales by lane: lane l of each math warp holds the scale of K block
- * base + l of row `row` (0 past the last block); a K block's scale is then a
- * warp shuffle away (mm_gemm_sfb_at). One load per lane per 32 K blocks,
- * issued a chunk at a time, instead of one dependent global load per K block
- * whose latency the promotion waited on (ncu: the mainloop's top stall in
- * the fused arm, long scoreboard at the promotion). Same values, same
- * arithmetic: the results are unchanged bitwise. */
-MM_DEVICE float mm_gemm_sfb_chunk(const float* row, int base, int kblocks) {
-  const int kb = base + (int)(threadIdx.x & 31);
-  return kb < kblocks ? __ldg(row + kb) : 0.f;
-}
-MM_DEVICE float mm_gemm_sfb_at(float chunk, int kb) { return __shfl_sync(0xffffffffu, chunk, kb & 31); }
-
 /* Math warpgroup, one partial accumulator: per K block and wave, issue the
  * chain, wait for it, promote. acc[w] (w = wm * kWN + wn) is the promoted
  * fp32 result of wave (wm, wn) in the m64n128 fragment layout. Every thread
@@ -306,22 +293,25 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   bool ok = true;
   const float* sfb[Cfg::kWN][2];
   mm_gemm_sfb_rows<Cfg>(p, ti, col_w, sfb);
-  float sb_chunk[Cfg::kWN][2]; /* this lane's K block of the current 32 (mm_gemm_sfb_chunk) */
+  float sb_next[Cfg::kWN][2];
+#pragma unroll
+  for (int wn = 0; wn < Cfg::kWN; ++wn)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sb_next[wn][h] = __ldg(sfb[wn][h]);
 
   for (int kb = 0; kb < kblocks; ++kb) {
     const uint32_t s = pipe.stage;
-    if ((kb & 31) == 0)
-#pragma unroll
-      for (int wn = 0; wn < Cfg::kWN; ++wn)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) sb_chunk[wn][h] = mm_gemm_sfb_chunk(sfb[wn][h], kb, kblocks);
-    if (!mm_gemm_wait(sm, sm.full + 8 * s, pipe.phase, p)) ok = false;
-    /* This block's B scales (the chunk's loads had the stage wait to land). */
+    /* B scales: this block's, and the next block's load in flight. */
     float sb[Cfg::kWN][2];
+    const int kn = kb + 1 < kblocks ? kb + 1 : kb;
 #pragma unroll
     for (int wn = 0; wn < Cfg::kWN; ++wn)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) sb[wn][h] = mm_gemm_sfb_at(sb_chunk[wn][h], kb);
+      for (int h = 0; h < 2; ++h) {
+        sb[wn][h] = sb_next[wn][h];
+        sb_next[wn][h] = __ldg(sfb[wn][h] + kn);
+      }
+    if (!mm_gemm_wait(sm, sm.full + 8 * s, pipe.phase, p)) ok = false;
 
     /* A scales of this warp's rows, read before the stage is released. */
     float sa[Cfg::kPromo][Cfg::kWM][2];
@@ -404,7 +394,6 @@ MM_DEVICE bool mm_gemm_consume_tile_2p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   float part0[64], part1[64];
   float sa0[2], sa1[2], sb0[2], sb1[2]; /* scales of the unit in part0 / part1 */
   uint32_t st0 = 0, st1 = 0;            /* stage of the unit in part0 / part1 */
-  float sb_chunk[2];                    /* this lane's K block of the current 32 (mm_gemm_sfb_chunk) */
 
   /* Issues unit u into part (stage, scales); on the stage's first unit waits
    * for it to fill; on its last unit advances the pipe. */
@@ -412,17 +401,13 @@ MM_DEVICE bool mm_gemm_consume_tile_2p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   do {                                                                                          \
     const int h_ = Cfg::kPromo == 1 ? 0 : ((u) & 1);                                            \
     const int kb_ = (u) / Cfg::kPromo;                                                          \
-    if (h_ == 0 && (kb_ & 31) == 0) {                                                           \
-      sb_chunk[0] = mm_gemm_sfb_chunk(sfb[0][0], kb_, units / Cfg::kPromo);                     \
-      sb_chunk[1] = mm_gemm_sfb_chunk(sfb[0][1], kb_, units / Cfg::kPromo);                     \
-    }                                                                                           \
     if (h_ == 0 && !mm_gemm_wait(sm, sm.full + 8 * pipe.stage, pipe.phase, p)) ok = false;       \
     st = pipe.stage;                                                                            \
     const float* sf_ = sm.sf_ptr + st * (Cfg::kStrideSF / 4) + h_ * Cfg::BM;                    \
     sa[0] = sf_[r];                                                                             \
     sa[1] = sf_[r + 8];                                                                         \
-    sb[0] = mm_gemm_sfb_at(sb_chunk[0], kb_);                                                   \
-    sb[1] = mm_gemm_sfb_at(sb_chunk[1], kb_);                                                   \
+    sb[0] = __ldg(sfb[0][0] + kb_);                                                             \
+    sb[1] = __ldg(sfb[0][1] + kb_);                                                             \
     mm_gemm_issue_chain<Cfg>(sm, st, h_, row_w, col_w, 0, 0, part);                             \
     if (h_ == Cfg::kPromo - 1) mm_gemm_pipe_advance(pipe, sm.stages);                           \
   } while (0)
