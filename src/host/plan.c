@@ -17,13 +17,16 @@ static int64_t regime_rows(const megamoe_config* c, int r) {
   return c->arm == MEGAMOE_ARM_FUSED && r == MM_REGIME_MID ? kRegimeRows[MM_REGIME_DECODE] : kRegimeRows[r];
 }
 
-/* The tile of GEMM g (0: L1, 1: L2) in regime r. MEGAMOE_FUSED_L2_TILE=128x128
- * (a diagnostic, read at create) gives the fused arm's large regime a
- * 128x128 L2 tile instead of 256x128: half the staging area, so one more
- * pipeline stage fits the shared memory. */
+/* The tile of GEMM g (0: L1, 1: L2) in regime r. The fused arm's large
+ * regime at G 128 takes a 128x128 L2 tile, not the engine's 256x128: half
+ * the staging area, so the shared pipeline holds 4 stages instead of 3
+ * (measured on one H200, 2048 / 8192 tokens: 1115 / 4260 us against
+ * 1143 / 4169 with 256x128; docs/PERF.md). MEGAMOE_FUSED_L2_TILE=256x128 (a
+ * diagnostic, read at create) restores the engine's pick. */
 static mm_gemm_tile pick_tile(const megamoe_config* c, const mm_gemm_problem* p, int g, int r) {
   const char* e = getenv("MEGAMOE_FUSED_L2_TILE");
-  if (c->arm == MEGAMOE_ARM_FUSED && g == 1 && r == MM_REGIME_LARGE && e && strcmp(e, "128x128") == 0)
+  if (c->arm == MEGAMOE_ARM_FUSED && g == 1 && r == MM_REGIME_LARGE && p->a_sf_block == 128 &&
+      !(e && strcmp(e, "256x128") == 0))
     return MM_GEMM_TILE_128x128;
   return mm_gemm_pick_tile(p, regime_rows(c, r));
 }

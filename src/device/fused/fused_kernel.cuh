@@ -13,9 +13,10 @@
  *          warps 0-7      math: L1 tile -> SwiGLU + per-G fp8 into the ring,
  *                         L1_DONE += rows; L2 tile -> bf16 staged for the
  *                         copy warps
- *          warp 9         copy: each staged L2 tile's rows to their source
- *                         rank's combine rows, L2_DONE += rows
- *          warps 10-11    pull: virtual rows in pool order over every pull
+ *          warps 9-10     copy (MM_FUSED_COPY_WARPS): each staged L2 tile's
+ *                         rows to their source rank's combine rows,
+ *                         L2_DONE += rows
+ *          warp 11        pull: virtual rows in pool order over every pull
  *                         warp of the grid; the slot guard, the row,
  *                         PULLED += 1
  *   E    grid barrier, all-rank barrier 1 (CTA 0), grid barrier, the
@@ -57,7 +58,7 @@
 #define MM_FUSED_PRODUCER_WARP 8
 #define MM_FUSED_COPY_WARP0 9
 #ifndef MM_FUSED_COPY_WARPS
-#define MM_FUSED_COPY_WARPS 1
+#define MM_FUSED_COPY_WARPS 2 /* 1 measured 3-10 % slower on one H200 (docs/PERF.md, fused arm v1) */
 #endif
 #define MM_FUSED_PULL_WARP0 (MM_FUSED_COPY_WARP0 + MM_FUSED_COPY_WARPS)
 #define MM_FUSED_PULL_WARPS (MM_GEMM_THREADS / 32 - MM_FUSED_PULL_WARP0)
@@ -299,7 +300,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_cta& c, cons
   mm_fused_publish_l1(L, l1_done, pend);
 }
 
-/* ---- Copy warps (warp 9) ----------------------------------------------------- */
+/* ---- Copy warps (MM_FUSED_COPY_WARP0 on) ----------------------------------------------------- */
 template <class T2>
 MM_DEVICE void mm_fused_copy(const mm_layer_view& L, const mm_fused_cta& c, const mm_gemm_problem& p2, int c_tid) {
   const int lane = threadIdx.x & 31;
@@ -342,7 +343,7 @@ MM_DEVICE void mm_fused_copy(const mm_layer_view& L, const mm_fused_cta& c, cons
   }
 }
 
-/* ---- Pull warps (warps 10-11) ------------------------------------------------ */
+/* ---- Pull warps (the producer warpgroup's last) ------------------------------------------------ */
 
 /* Virtual rows gw, gw + nw, ... (pool order over every pull warp of the
  * grid, so the first blocks complete first). Before the first row of a block
