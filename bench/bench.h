@@ -51,6 +51,7 @@ typedef struct mm_bench_layer_opts {
   megamoe_arm arms[MEGAMOE_ARM_COUNT];
   int num_arms;
   int iters, rounds;
+  int no_bound;                       /* --no-bound: num_tokens_bound 0 (T_max) instead of the point's T */
   const char* csv_path;               /* --csv: the rows as CSV (bench_report.h); NULL: none */
   const char* json_path;              /* --json: the rows as JSON; NULL: none */
   unsigned given;                     /* MM_BENCH_OPT_* bits */

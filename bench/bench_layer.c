@@ -13,10 +13,11 @@
  * row so far after each tokens point (bench_report.h), so an interrupted run
  * keeps the cells it measured.
  *
- * With MEGAMOE_TIMELINE=1 in the environment, each split-arm cell is followed
- * by one more forward whose in-kernel timeline (src/host/timeline.h: routing
- * phases, pull end, first and last L1 tile, L2 end, barriers, reduction;
- * min / median / max over the CTAs) rank 0 prints. The stamps cost a few
+ * With MEGAMOE_TIMELINE=1 in the environment, each split- or fused-arm cell
+ * is followed by one more forward whose in-kernel timeline
+ * (src/host/timeline.h: routing phases, pull end, first and last L1 tile,
+ * L2 end, barriers, reduction; the fused arm's waits on its counters;
+ * min / median / max over the CTAs) every rank prints. The stamps cost a few
  * stores per CTA; timed cells are measured with them on, so compare arms
  * without it. */
 #include <math.h>
@@ -144,10 +145,11 @@ static int cmp_u64(const void* x, const void* y) {
   return a < b ? -1 : a > b;
 }
 
-static int print_timeline(const megamoe_layer* layer, int64_t T, int rank) {
+static int print_timeline(const megamoe_layer* layer, const char* arm, int64_t T, int rank) {
   static const char* const names[MM_TL_EVENTS] = {
       "k1 start", "counted", "published", "laid out (barrier 0)", "pull end", "L1 first tile issued",
-      "L1 last tile issued", "L1 math end", "k2 start", "L2 math end", "pushed", "combined (barrier 1)", "reduced"};
+      "L1 last tile issued", "L1 math end", "k2 start / 1st L2", "L2 math end", "pushed", "combined (barrier 1)",
+      "reduced", "[sum] wait pulled", "[sum] wait L1 done", "[sum] wait ring slot", "[sum] copy wait pull"};
   uint64_t* stamps = malloc(sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS);
   uint64_t col[MM_TL_MAX_CTAS];
   int ctas = 0;
@@ -160,12 +162,13 @@ static int print_timeline(const megamoe_layer* layer, int64_t T, int rank) {
   for (int c = 0; c < ctas; ++c)
     if (stamps[c * MM_TL_EVENTS + MM_TL_K1_START] && stamps[c * MM_TL_EVENTS + MM_TL_K1_START] < t0)
       t0 = stamps[c * MM_TL_EVENTS + MM_TL_K1_START];
-  printf("  timeline split T %lld (rank %d, %d CTAs; us after the first CTA entered kernel 1: min / median / max):\n",
-         (long long)T, rank, ctas);
+  printf("  timeline %s T %lld (rank %d, %d CTAs; us after the first CTA entered kernel 1: min / median / max;\n"
+         "  [sum]: us spent per CTA, summed over the forward):\n",
+         arm, (long long)T, rank, ctas);
   for (int e = 0; e < MM_TL_EVENTS; ++e) {
     int n = 0;
     for (int c = 0; c < ctas; ++c)
-      if (stamps[c * MM_TL_EVENTS + e]) col[n++] = stamps[c * MM_TL_EVENTS + e] - t0;
+      if (stamps[c * MM_TL_EVENTS + e]) col[n++] = stamps[c * MM_TL_EVENTS + e] - (e < MM_TL_FIRST_DURATION ? t0 : 0);
     if (n == 0) {
       printf("    %-22s (no CTA)\n", names[e]);
       continue;
@@ -299,7 +302,9 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
     /* Pageable copies may still be in flight when cudaMemcpy returns, and the
      * non-blocking stream does not wait for them. */
     CK(cudaDeviceSynchronize());
-    megamoe_forward_args args = {x, x_sf, topk_idx, MEGAMOE_INDEX_INT32, topk_w, T, 0, y};
+    /* Every rank runs T tokens: T is the call's bound, as a serving engine
+     * that knows its batch would pass it (--no-bound: 0, read as T_max). */
+    megamoe_forward_args args = {x, x_sf, topk_idx, MEGAMOE_INDEX_INT32, topk_w, T, o->no_bound ? 0 : T, y};
     double cell[MAX_ARMS] = {0};
     for (int a = 0; a < o->num_arms; ++a)
       if (layers[a]) {
@@ -354,15 +359,15 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
                               sym_bytes[a] / 1048576.0, ws_bytes[a] / 1048576.0};
         print_row(row);
       }
-      /* The split arm's in-kernel timeline of one more forward (MEGAMOE_TIMELINE=1). */
-      if (o->arms[a] == MEGAMOE_ARM_SPLIT && getenv("MEGAMOE_TIMELINE")) {
+      /* The persistent arms' in-kernel timeline of one more forward (MEGAMOE_TIMELINE=1). */
+      if (o->arms[a] != MEGAMOE_ARM_STAGED && getenv("MEGAMOE_TIMELINE")) {
         CK(cudaMemsetAsync(flush, 0, flush_bytes, stream));
         if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
         MK(megamoe_forward(layers[a], &args, stream));
         MK(megamoe_sync(layers[a], stream));
         /* Every rank's, in rank order (a slow peer shows as rank 0's wait at barrier 1). */
         for (int r = 0; r < num_ranks; ++r) {
-          if (rank == r && print_timeline(layers[a], T, rank) != 0) return 3;
+          if (rank == r && print_timeline(layers[a], megamoe_arm_name(o->arms[a]), T, rank) != 0) return 3;
           fflush(stdout);
           if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
           CK(cudaStreamSynchronize(stream));

@@ -62,6 +62,9 @@ int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o) {
     } else if (!strcmp(a, "--arms")) {
       bad = mm_cli_arm_list("bench", a, mm_cli_value("bench", argc, argv, &i), o->arms, &o->num_arms) != 0;
       o->given |= MM_BENCH_OPT_ARMS;
+    } else if (!strcmp(a, "--no-bound")) {
+      o->no_bound = 1;
+      bad = 0;
     } else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) {
       const char* v = mm_cli_value("bench", argc, argv, &i);
       bad = !v || mm_bench_check_writable("bench", a, v) != 0;

@@ -57,13 +57,17 @@ typedef enum mm_region_id {
   MM_WS_READY,           /* [P / MM_READY_BLOCK_ROWS] i32 rows pulled per pool block (split arm's L1 wait) */
   MM_WS_BLOCK_COUNTERS,  /* fused arm: [MM_FLAG_BANKS][MM_FUSED_COUNTERS][virtual blocks] i32 per-block
                           * counters (pulled rows, L1 done, L2 done), bank = forward & 1 (fused.h) */
+  MM_WS_TILE_COUNTERS,   /* [MM_TILE_COUNTERS] i32 tiles claimed per GEMM (gemm_dynamic.cuh; split arm) */
   MM_REGION_COUNT
 } mm_region_id;
 
-/* The split arm's in-kernel timeline (diagnostic): events each CTA stamps
- * (%globaltimer, ns) when the layer was created with MEGAMOE_TIMELINE=1. A
- * stamp is the time one designated thread reached the point; the pull end
- * is the latest of the CTA's pull warps. */
+/* The persistent arms' in-kernel timeline (diagnostic): events each CTA
+ * stamps (%globaltimer, ns) when the layer was created with
+ * MEGAMOE_TIMELINE=1. A stamp is the time one designated thread reached the
+ * point (the fused arm: the last time it did, over the CTA's tasks); the
+ * pull end is the latest of the CTA's pull warps. From
+ * MM_TL_FIRST_DURATION on, the entries are durations (ns) summed over the
+ * forward, zeroed by the CTA when the kernel starts (fused arm). */
 enum mm_timeline_event {
   MM_TL_K1_START = 0,    /* kernel 1 entered */
   MM_TL_COUNTED,         /* grid barrier after validation and counts */
@@ -73,14 +77,19 @@ enum mm_timeline_event {
   MM_TL_L1_FIRST_TILE,   /* the producer's first L1 tile: its rows were ready */
   MM_TL_L1_LAST_ISSUED,  /* the producer issued the last loads of its last L1 tile */
   MM_TL_L1_MATH_END,     /* the math warpgroups finished their last L1 tile */
-  MM_TL_K2_START,        /* kernel 2 entered */
+  MM_TL_K2_START,        /* kernel 2 entered (fused: the producer's first L2 tile, its L1 rows ready) */
   MM_TL_L2_MATH_END,     /* the math warpgroups finished their last L2 tile (scatter issued) */
   MM_TL_PUSHED,          /* grid barrier after every CTA's combine stores */
   MM_TL_COMBINED,        /* grid barrier after all-rank barrier 1 */
   MM_TL_REDUCED,         /* the CTA's reductions written */
+  MM_TL_WAIT_PULLED,     /* duration: the producer's waits for an L1 tile's pulled rows (fused) */
+  MM_TL_WAIT_L1_DONE,    /* duration: the producer's waits for an L2 tile's L1 outputs (fused) */
+  MM_TL_WAIT_SLOT,       /* duration: the pull warps' waits for a free ring slot, summed over warps (fused) */
+  MM_TL_WAIT_COPY,       /* duration: the copy warp's waits for its rows' pull (fused) */
   MM_TL_EVENTS
 };
 #define MM_TL_MAX_CTAS 256
+#define MM_TL_FIRST_DURATION MM_TL_WAIT_PULLED
 
 /* The first workspace region: ids below it are symmetric. */
 #define MM_FIRST_WORKSPACE_REGION MM_WS_STATUS
@@ -99,7 +108,7 @@ typedef struct mm_layer_view {
   uint64_t timeout_ns;
   int32_t num_sms;                   /* the device's SMs: the persistent arms' grid (one CTA each) */
   int32_t fill_blocks;               /* grid of the grid-stride kernels: 4 per SM */
-  uint64_t* timeline;                /* [CTA][MM_TL_EVENTS] %globaltimer stamps of the split arm's kernels,
+  uint64_t* timeline;                /* [CTA][MM_TL_EVENTS] %globaltimer stamps of the persistent arms' kernels,
                                         or NULL (off: MEGAMOE_TIMELINE=1 at create turns it on) */
   int32_t ring_blocks;               /* fused arm: ring slots of MM_FUSED_BLOCK_ROWS rows (pool_rows / 128) */
   int32_t virtual_blocks;            /* fused arm: per-block counters per bank (the worst case at T_max) */
@@ -198,6 +207,9 @@ typedef struct mm_device_status {
 
 /* State of an in-kernel grid barrier (comm/grid.cuh): zero-initialized once;
  * generation-based, so it is reused without any reset between rounds. */
+/* The split arm's dynamically scheduled GEMMs: counter 0 for L1, 1 for L2. */
+#define MM_TILE_COUNTERS 2
+
 typedef struct mm_grid_barrier_state {
   uint32_t arrived;    /* CTAs that arrived in the current round */
   uint32_t generation; /* rounds completed */

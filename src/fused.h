@@ -165,12 +165,14 @@ MM_HOST_DEVICE int32_t mm_fused_find(const int32_t* start, int32_t n, int64_t v)
 
 MM_HOST_DEVICE int64_t mm_fused_stream_build(mm_fused_stream* s);
 
-/* Sets up *s over `words` (MM_FUSED_STREAM_WORDS(experts) int32) for
- * GEMM tiles of bm[g] rows and tiles_n[g] n-tiles, and builds it. Returns the
- * task count. */
-MM_HOST_DEVICE int64_t mm_fused_stream_init(mm_fused_stream* s, mm_fused_order order, int32_t experts,
-                                            const int32_t* rows, int32_t* words, int32_t bm0, int32_t bm1,
-                                            int32_t tiles_n0, int32_t tiles_n1) {
+/* Sets up *s over `words` (MM_FUSED_STREAM_WORDS(experts) int32) for GEMM
+ * tiles of bm[g] rows and tiles_n[g] n-tiles, without building it: the
+ * prefixes are filled by mm_fused_stream_build (serially) or by the kernel's
+ * CTA in parallel (device/fused/fused_stream.cuh), then
+ * mm_fused_stream_finish sets the totals. */
+MM_HOST_DEVICE void mm_fused_stream_setup(mm_fused_stream* s, mm_fused_order order, int32_t experts,
+                                          const int32_t* rows, int32_t* words, int32_t bm0, int32_t bm1,
+                                          int32_t tiles_n0, int32_t tiles_n1) {
   s->order = order;
   s->experts = experts;
   s->bm[0] = bm0;
@@ -182,8 +184,30 @@ MM_HOST_DEVICE int64_t mm_fused_stream_init(mm_fused_stream* s, mm_fused_order o
   s->unit_start = words + (experts + 1);
   s->m_start[0] = words + 2 * (experts + 1);
   s->m_start[1] = words + 3 * (experts + 1);
+}
+
+/* Sets up *s (mm_fused_stream_setup) and builds it. Returns the task count. */
+MM_HOST_DEVICE int64_t mm_fused_stream_init(mm_fused_stream* s, mm_fused_order order, int32_t experts,
+                                            const int32_t* rows, int32_t* words, int32_t bm0, int32_t bm1,
+                                            int32_t tiles_n0, int32_t tiles_n1) {
+  mm_fused_stream_setup(s, order, experts, rows, words, bm0, bm1, tiles_n0, tiles_n1);
   return mm_fused_stream_build(s);
 }
+
+/* The totals of a stream whose prefixes are filled (entry [experts] of each
+ * array holds the sum over every expert). Returns the task count. */
+MM_HOST_DEVICE int64_t mm_fused_stream_finish(mm_fused_stream* s) {
+  const int32_t E = s->experts;
+  s->blocks = s->block_start[E];
+  s->units = s->unit_start[E];
+  s->tasks = (int64_t)s->m_start[0][E] * s->tiles_n[0] + (int64_t)s->m_start[1][E] * s->tiles_n[1];
+  s->phases = mm_fused_phases(&s->order, s->units);
+  return s->tasks;
+}
+
+/* Per-expert quantities of the prefixes: blocks, units, L1 m-tiles, L2 m-tiles. */
+MM_HOST_DEVICE int64_t mm_fused_expert_blocks(int64_t rows) { return mm_fused_ceil_div(rows, MM_FUSED_BLOCK_ROWS); }
+MM_HOST_DEVICE int64_t mm_fused_expert_units(int64_t rows) { return mm_fused_ceil_div(rows, MM_FUSED_UNIT_ROWS); }
 
 /* Fills the prefixes and the totals; serial (the kernel's CTAs may build the
  * same arrays in parallel, they must equal these). Returns the task count. */
@@ -195,8 +219,8 @@ MM_HOST_DEVICE int64_t mm_fused_stream_build(mm_fused_stream* s) {
     s->m_start[0][e] = (int32_t)m0;
     s->m_start[1][e] = (int32_t)m1;
     const int64_t r = s->rows[e];
-    blocks += mm_fused_ceil_div(r, MM_FUSED_BLOCK_ROWS);
-    units += mm_fused_ceil_div(r, MM_FUSED_UNIT_ROWS);
+    blocks += mm_fused_expert_blocks(r);
+    units += mm_fused_expert_units(r);
     m0 += mm_fused_ceil_div(r, s->bm[0]);
     m1 += mm_fused_ceil_div(r, s->bm[1]);
   }
@@ -204,11 +228,7 @@ MM_HOST_DEVICE int64_t mm_fused_stream_build(mm_fused_stream* s) {
   s->unit_start[s->experts] = (int32_t)units;
   s->m_start[0][s->experts] = (int32_t)m0;
   s->m_start[1][s->experts] = (int32_t)m1;
-  s->blocks = blocks;
-  s->units = units;
-  s->tasks = m0 * s->tiles_n[0] + m1 * s->tiles_n[1];
-  s->phases = mm_fused_phases(&s->order, units);
-  return s->tasks;
+  return mm_fused_stream_finish(s);
 }
 
 /* Tasks of GEMM `gemm` before unit u (u <= units): every unit of an expert

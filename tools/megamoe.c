@@ -38,6 +38,8 @@ static const char* const kUsageBench =
     "      --arms A1,A2,...       of staged, split, fused, each once (all three)\n"
     "      --iters N              timed calls per round, 1..10000 (20)\n"
     "      --rounds N             rounds, arms bracketed A B, B A, ..., 1..100 (3)\n"
+    "      --no-bound             pass num_tokens_bound = 0 (T_max) instead of the point's T, which every\n"
+    "                             rank knows here (the fused arm sizes its order from the bound)\n"
     "      --csv FILE, --json FILE  also write the rows there: one per (arm, tokens, experts per rank) with\n"
     "                             us, TFLOP/s, floors, MiB, vs_<arm> = us / that arm's us (no GPU: the\n"
     "                             reference's rows); a progress line per cell goes to stderr\n"

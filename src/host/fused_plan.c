@@ -1,6 +1,8 @@
 /* The fused arm's ring and per-call order (fused_plan.h, docs/FUSED.md). */
 #include "fused_plan.h"
 
+#include <stdlib.h>
+
 #include "config.h"
 #include "errors.h"
 
@@ -11,8 +13,17 @@ int64_t mm_fused_units_estimate(const megamoe_config* c, int num_ranks, int64_t 
   return El * mm_fused_ceil_div(rows, MM_FUSED_UNIT_ROWS);
 }
 
+/* The rule's percentage: MM_FUSED_LAG_PERCENT, or MEGAMOE_FUSED_LAG_PERCENT
+ * from the environment (1..400: the bench's lag ladder; a diagnostic read at
+ * create and at each call, so set it before the process starts). */
+static int64_t lag_percent(void) {
+  const char* e = getenv("MEGAMOE_FUSED_LAG_PERCENT");
+  const long v = e ? strtol(e, NULL, 10) : 0;
+  return v >= 1 && v <= 400 ? v : MM_FUSED_LAG_PERCENT;
+}
+
 int32_t mm_fused_lag_rule(int64_t units) {
-  const int64_t lag = (MM_FUSED_LAG_PERCENT * units + 50) / 100;
+  const int64_t lag = (lag_percent() * units + 50) / 100;
   return (int32_t)mm_fused_clamp64(lag, MM_FUSED_LAG_MIN, MM_FUSED_LAG_MAX);
 }
 

@@ -8,6 +8,7 @@
 #include "device/gemm/gemm.h"
 #include "device/comm/peers.h"
 #include "device/weights.h"
+#include "fused_forward.h"
 #include "plan.h"
 #include "split_forward.h"
 #include "timeline.h"
@@ -44,7 +45,7 @@ struct megamoe_layer {
   char reject_message[512];
   mm_gemm_engine engine;
   mm_plan plan;          /* GEMM problems and plans, made when the weights are set */
-  uint64_t* timeline;    /* the split arm's diagnostic timeline (MEGAMOE_TIMELINE=1), or NULL */
+  uint64_t* timeline;    /* the persistent arms' diagnostic timeline (MEGAMOE_TIMELINE=1), or NULL */
   mm_layer_view view;
 };
 
@@ -209,9 +210,9 @@ static megamoe_status finish_create(megamoe_layer* l, megamoe_layer** layer_out)
   const uint8_t* stand_in = (const uint8_t*)l->workspace;
   megamoe_status st = mm_plan_make(&l->plan, &l->config, &l->view, (int)l->engine, stand_in,
                                    (const float*)stand_in, stand_in, (const float*)stand_in);
-  /* The split arm's diagnostic timeline (src/host/timeline.h), on request. */
+  /* The persistent arms' diagnostic timeline (src/host/timeline.h), on request. */
   const char* tl = getenv("MEGAMOE_TIMELINE");
-  if (st == MEGAMOE_OK && tl && strcmp(tl, "1") == 0 && l->config.arm == MEGAMOE_ARM_SPLIT) {
+  if (st == MEGAMOE_OK && tl && strcmp(tl, "1") == 0 && l->config.arm != MEGAMOE_ARM_STAGED) {
     const size_t bytes = sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS;
     cudaError_t e = cudaMalloc((void**)&l->timeline, bytes);
     if (e == cudaSuccess) e = cudaMemset(l->timeline, 0, bytes);
@@ -279,12 +280,6 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
   MM_TRY(local);
   /* Config errors are the same on every rank now (same config): return at once. */
   MM_TRY(megamoe_check_config(config, num_ranks));
-  /* The fused arm's layout, ring and order exist (docs/FUSED.md, megamoe
-   * info, megamoe_layout); its kernel does not yet. */
-  if (config->arm == MEGAMOE_ARM_FUSED)
-    return mm_fail(MEGAMOE_ERR_NOT_IMPLEMENTED, "arm = %s: not built yet (staged and split exist)",
-                   megamoe_arm_name(config->arm));
-
   megamoe_layer* l = (megamoe_layer*)calloc(1, sizeof *l);
   if (!l) return mm_fail(MEGAMOE_ERR_OUT_OF_MEMORY, "layer object");
   l->config = *config;
@@ -526,9 +521,12 @@ static megamoe_status check_forward(const megamoe_layer* l, const megamoe_forwar
 }
 
 /* Enqueues the arm's forward for view f (an empty one when f carries an
- * injected error). */
-static megamoe_status run_arm(megamoe_layer* l, const mm_forward_view* f, mm_regime regime, cudaStream_t stream) {
+ * injected error); bound: the call's num_tokens_bound (0 for an empty one). */
+static megamoe_status run_arm(megamoe_layer* l, const mm_forward_view* f, mm_regime regime, int64_t bound,
+                              cudaStream_t stream) {
   if (l->config.arm == MEGAMOE_ARM_SPLIT) return mm_split_forward(&l->view, f, l->plan.gemm[regime], stream);
+  if (l->config.arm == MEGAMOE_ARM_FUSED)
+    return mm_fused_forward(&l->view, f, &l->layout.ring, &l->config, bound, l->plan.gemm[regime], stream);
   return mm_staged_forward(&l->view, f, l->plan.gemm[regime], stream);
 }
 
@@ -541,7 +539,7 @@ static megamoe_status enqueue_rejection(megamoe_layer* l, megamoe_status status,
   mm_forward_view f;
   memset(&f, 0, sizeof f);
   f.injected_error = (int32_t)status;
-  megamoe_status run = run_arm(l, &f, MM_REGIME_DECODE, stream);
+  megamoe_status run = run_arm(l, &f, MM_REGIME_DECODE, 0, stream);
   if (run != MEGAMOE_OK)
     return mm_fail(status, "%s (and the empty forward that keeps the peers in step failed to enqueue: %s)", message,
                    megamoe_last_error());
@@ -588,7 +586,7 @@ megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
   f.num_tokens = (int32_t)a->num_tokens;
   f.y = (uint16_t*)a->y;
   const mm_regime regime = mm_plan_regime(&l->config, l->num_ranks, a->num_tokens, a->num_tokens_bound);
-  megamoe_status run = run_arm(l, &f, regime, stream);
+  megamoe_status run = run_arm(l, &f, regime, a->num_tokens_bound, stream);
   if (run != MEGAMOE_OK && l->reject_message[0] == '\0')
     snprintf(l->reject_message, sizeof l->reject_message, "%s", megamoe_last_error());
   return run;

@@ -2,26 +2,52 @@
 #include "plan.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "device/fused/fused_arm.h"
 #include "device/split/split.h"
 #include "errors.h"
 
-/* Rows per expert standing for each regime when the tile is picked. */
-static const int64_t kRegimeRows[MM_REGIME_COUNT] = {64, 4096};
+/* Rows per expert standing for each regime when the tile is picked. The
+ * fused arm has kernels for the decode and large pairs only: its mid regime
+ * takes the decode pair (one 64-row L1 m-block per 64 rows). */
+static const int64_t kRegimeRows[MM_REGIME_COUNT] = {64, 128, 4096};
+static int64_t regime_rows(const megamoe_config* c, int r) {
+  return c->arm == MEGAMOE_ARM_FUSED && r == MM_REGIME_MID ? kRegimeRows[MM_REGIME_DECODE] : kRegimeRows[r];
+}
+
+/* The tile of GEMM g (0: L1, 1: L2) in regime r. The fused arm's large
+ * regime at G 128 takes a 128x128 L2 tile, not the engine's 256x128: half
+ * the staging area, so the shared pipeline holds 4 stages instead of 3
+ * (measured on one H200, 2048 / 8192 tokens: 1115 / 4260 us against
+ * 1143 / 4169 with 256x128; docs/PERF.md). MEGAMOE_FUSED_L2_TILE=256x128 (a
+ * diagnostic, read at create) restores the engine's pick. */
+static mm_gemm_tile pick_tile(const megamoe_config* c, const mm_gemm_problem* p, int g, int r) {
+  const char* e = getenv("MEGAMOE_FUSED_L2_TILE");
+  if (c->arm == MEGAMOE_ARM_FUSED && g == 1 && r == MM_REGIME_LARGE && p->a_sf_block == 128 &&
+      !(e && strcmp(e, "256x128") == 0))
+    return MM_GEMM_TILE_128x128;
+  return mm_gemm_pick_tile(p, regime_rows(c, r));
+}
 
 /* The arm's GEMM problems without the weight pointers (mm_plan_make sets
  * them); with v == NULL, shapes and outputs only (what the tile check needs).
  *   staged: L1 pool x W1p^T -> fp32; L2 quantized L1 output x W2^T -> bf16.
  *   split:  L1 with the SwiGLU + quantization epilogue and the rows-ready
  *           wait (the pull runs beside it); L2 with the scatter epilogue into
- *           every rank's combine buffer. */
+ *           every rank's combine buffer.
+ *   fused:  the split arm's epilogues on the ring (pool_rows = the ring's
+ *           rows: A, scales, row weights, row table and L1 output all at ring
+ *           rows); no rows-ready counters (the kernel waits on its per-block
+ *           counters, indexed by virtual block). */
 static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int local_experts, int64_t pool_rows,
                         mm_gemm_problem* out) {
   uint8_t* ws = v ? v->ws : NULL;
   const uint64_t* off = v ? v->offset : NULL;
 #define WS(id) (ws ? (void*)(ws + off[id]) : NULL)
   const int split = c->arm == MEGAMOE_ARM_SPLIT;
+  const int hooks = split || c->arm == MEGAMOE_ARM_FUSED; /* the persistent arms' epilogues */
   mm_gemm_problem l1 = mm_gemm_problem_make((const uint8_t*)WS(MM_WS_POOL_X), (const float*)WS(MM_WS_POOL_X_SF),
                                             MM_SCALE_BLOCK, NULL, NULL, MM_W1_INTERLEAVE,
                                             (const int32_t*)WS(MM_WS_POOL_OFFSET),
@@ -31,7 +57,7 @@ static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int loc
                                             c->quant_group, NULL, NULL, MM_SCALE_BLOCK, l1.expert_offset,
                                             l1.expert_count, local_experts, (int32_t)pool_rows, (int32_t)c->hidden,
                                             (int32_t)c->intermediate);
-  if (split) {
+  if (hooks) {
     l1.out_kind = MM_GEMM_OUT_SWIGLU_FP8;
     l1.swiglu.row_weight = (const float*)WS(MM_WS_POOL_WEIGHT);
     l1.swiglu.group = c->quant_group;
@@ -39,7 +65,7 @@ static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int loc
     l1.swiglu.clamp = c->swiglu_clamp;
     l1.swiglu.out = (uint8_t*)WS(MM_WS_L1_OUT);
     l1.swiglu.out_sf = (float*)WS(MM_WS_L1_OUT_SF);
-    l1.ready.counters = (const int32_t*)WS(MM_WS_READY);
+    l1.ready.counters = split ? (const int32_t*)WS(MM_WS_READY) : NULL;
     l1.ready.base = 0;
     l1.ready.per_row = 1;
     l2.out_kind = MM_GEMM_OUT_BF16_SCATTER;
@@ -68,12 +94,24 @@ megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
   const int n = arm_problems(c, NULL, El, MM_POOL_ROW_ALIGN * (int64_t)El, p);
   for (int r = 0; r < MM_REGIME_COUNT; ++r)
     for (int g = 0; g < n; ++g) {
-      const mm_gemm_tile tile = mm_gemm_pick_tile(&p[g], kRegimeRows[r]);
+      const mm_gemm_tile tile = pick_tile(c, &p[g], g, r);
       megamoe_status st = mm_gemm_tile_check(tile, p[g].out_kind, p[g].a_sf_block, p[g].swiglu.group, El, NULL);
       if (st != MEGAMOE_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", megamoe_last_error());
         return mm_fail(st, "config: GEMM %d of the %s arm cannot run here: %s", g + 1, megamoe_arm_name(c->arm), msg);
+      }
+    }
+  /* The fused arm runs both GEMMs' tiles in one kernel, whose pipeline
+   * stages hold either image: the pair of each regime. */
+  if (c->arm == MEGAMOE_ARM_FUSED)
+    for (int r = 0; r < MM_REGIME_COUNT; ++r) {
+      const mm_gemm_tile t1 = pick_tile(c, &p[0], 0, r), t2 = pick_tile(c, &p[1], 1, r);
+      megamoe_status st = mm_fused_check(t1, t2, p[1].a_sf_block, El, NULL);
+      if (st != MEGAMOE_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", megamoe_last_error());
+        return mm_fail(st, "config: the fused arm cannot run here: %s", msg);
       }
     }
   return MEGAMOE_OK;
@@ -88,8 +126,8 @@ megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_lay
   p[0].b_sf = w1p_sf;
   p[1].b = w2;
   p[1].b_sf = w2_sf;
-  /* The split arm's kernels are built on the wgmma engine (the simple engine
-   * is the staged arm's oracle and has no hooks). */
+  /* The split and fused arms' kernels are built on the wgmma engine (the
+   * simple engine is the staged arm's oracle and has no hooks). */
   if (c->arm != MEGAMOE_ARM_STAGED) engine = MM_GEMM_ENGINE_WGMMA;
   for (int r = 0; r < MM_REGIME_COUNT; ++r)
     for (int g = 0; g < n; ++g) {
@@ -97,13 +135,15 @@ megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_lay
       a->problem = p[g];
       a->engine = engine;
       if (engine == MM_GEMM_ENGINE_WGMMA) {
-        MM_TRY(mm_gemm_plan_make(&p[g], mm_gemm_pick_tile(&p[g], kRegimeRows[r]), &a->plan));
+        MM_TRY(mm_gemm_plan_make(&p[g], pick_tile(c, &p[g], g, r), &a->plan));
       } else {
         MM_TRY(mm_gemm_check(&p[g]));
       }
     }
   if (c->arm == MEGAMOE_ARM_SPLIT)
     for (int r = 0; r < MM_REGIME_COUNT; ++r) MM_TRY(mm_split_prepare(&plan->gemm[r][0].plan, &plan->gemm[r][1].plan));
+  if (c->arm == MEGAMOE_ARM_FUSED)
+    for (int r = 0; r < MM_REGIME_COUNT; ++r) MM_TRY(mm_fused_prepare(&plan->gemm[r][0].plan, &plan->gemm[r][1].plan));
   return MEGAMOE_OK;
 }
 
@@ -111,7 +151,8 @@ mm_regime mm_plan_regime(const megamoe_config* c, int num_ranks, int64_t num_tok
   const int64_t t = bound > 0 ? bound : num_tokens;
   /* Uniform routing: R * t * K slots over E experts. */
   const int64_t rows = (num_ranks * t * (int64_t)c->top_k + c->num_experts - 1) / c->num_experts;
-  return rows <= MM_DECODE_ROWS_PER_EXPERT ? MM_REGIME_DECODE : MM_REGIME_LARGE;
+  if (rows <= MM_DECODE_ROWS_PER_EXPERT) return MM_REGIME_DECODE;
+  return rows <= MM_MID_ROWS_PER_EXPERT ? MM_REGIME_MID : MM_REGIME_LARGE;
 }
 
 megamoe_status mm_arm_gemm_run(const mm_arm_gemm* g, cudaStream_t stream) {

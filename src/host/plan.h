@@ -17,14 +17,17 @@
 #include "device/gemm/gemm.h"
 #include "megamoe.h"
 
-/* Tile regimes: the decode tile where an expert holds few rows, the large
- * tiles above. */
-typedef enum mm_regime { MM_REGIME_DECODE = 0, MM_REGIME_LARGE = 1, MM_REGIME_COUNT } mm_regime;
+/* Tile regimes: the decode tile where an expert holds few rows (one 64-row
+ * m-block), one 128-row m-block up to 128 rows (the expert's weights read
+ * once), the large tiles above. */
+typedef enum mm_regime { MM_REGIME_DECODE = 0, MM_REGIME_MID = 1, MM_REGIME_LARGE = 2, MM_REGIME_COUNT } mm_regime;
 
-/* Rows per expert up to which the decode regime is picked (bench-gemm,
- * docs/PERF.md: the 64-row tile wins at 64 rows per expert, the large
- * tiles from 512). */
-#define MM_DECODE_ROWS_PER_EXPERT 128
+/* Rows per expert up to which the decode and the mid regimes are picked
+ * (bench-gemm, docs/PERF.md: the 64-row tile wins at 64 rows per expert,
+ * the large tiles from 512; at 65-128 two 64-row m-blocks stream the
+ * weights twice). */
+#define MM_DECODE_ROWS_PER_EXPERT 64
+#define MM_MID_ROWS_PER_EXPERT 128
 
 /* The GEMMs of an arm, in order. */
 #define MM_ARM_MAX_GEMMS 2

@@ -1,6 +1,7 @@
-/* The split arm's in-kernel timeline, a diagnostic (contract.h,
- * mm_timeline_event): a split layer created with MEGAMOE_TIMELINE=1 in the
- * environment has every CTA of its kernels stamp %globaltimer at each event;
+/* The persistent arms' in-kernel timeline, a diagnostic (contract.h,
+ * mm_timeline_event): a split or fused layer created with MEGAMOE_TIMELINE=1
+ * in the environment has every CTA of its kernels stamp %globaltimer at each
+ * event (and the fused arm sum its waits);
  * each forward overwrites the stamps. The layer benchmark prints them
  * (where the time of a forward goes, per role). Not part of the public API. */
 #ifndef MEGAMOE_TIMELINE_H

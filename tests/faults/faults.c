@@ -3,7 +3,7 @@
  * Each case runs two ranks (EP2, one process per GPU, the library's
  * launcher with a grace period: after a rank dies the others get time to
  * report before they are ended) on a layer whose deadline is 1 s
- * (config timeout_s), on the staged and the split arm:
+ * (config timeout_s), on the staged, split and fused arms:
  *  - kill inside a forward: the victim enqueues a forward, whose kernels
  *    wait at the first cross-rank barrier for the peers (which have not
  *    entered yet), and SIGKILLs itself 20 ms later; the peers enter right
@@ -315,16 +315,16 @@ int main(int argc, char** argv) {
   const uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
   const char* plant = getenv("MEGAMOE_FAULT_PLANT");
   const double bound_factor = plant && strcmp(plant, "bound") == 0 ? 0.5 : 1.10;
-  ft_case cases[7];
+  ft_case cases[10];
   int n = 0;
-  const megamoe_arm arms[2] = {MEGAMOE_ARM_STAGED, MEGAMOE_ARM_SPLIT};
+  const megamoe_arm arms[3] = {MEGAMOE_ARM_STAGED, MEGAMOE_ARM_SPLIT, MEGAMOE_ARM_FUSED};
   const struct {
     ft_kind kind;
     const char* what;
   } kinds[3] = {{FT_KILL_INSIDE, "a rank SIGKILLed inside a forward"},
                 {FT_KILL_WAITING, "a rank SIGKILLed while its peers wait in a forward"},
                 {FT_SKIP, "a rank skips one forward"}};
-  for (int a = 0; a < 2; ++a)
+  for (int a = 0; a < 3; ++a)
     for (int k = 0; k < 3; ++k) {
       ft_case c = {kinds[k].kind, arms[a], 2, 1, FT_TIMEOUT_S, ""};
       snprintf(c.label, sizeof c.label, "EP2 %s, deadline %.0f s: %s", megamoe_arm_name(arms[a]), FT_TIMEOUT_S,

@@ -50,6 +50,11 @@ extern const mm_test mm_sanitize_controls[];
  * a pool overflow, and weights prepared in place. */
 extern const mm_rank_test mm_error_tests[];
 
+/* tests/gpu/test_ring.c: the fused arm's ring against a full pool (bitwise,
+ * skewed shapes that wrap it) and its num_tokens_bound verdict; run on the
+ * fused variant only. */
+extern const mm_rank_test mm_ring_tests[];
+
 /* tests/gpu/test_fuzz.c: random forward arguments (bad and duplicate
  * indices, NaN / Inf inputs and weight scales, token counts at and past the
  * limit, NULL and misaligned pointers), guard regions around y. */

@@ -72,6 +72,11 @@ static int fill_routing(mm_rng* g, const lc_case* c, int El, int32_t* idx, float
     fprintf(stderr, "    fill_routing: K %d distinct experts out of %d\n", K, choices);
     return -1;
   }
+  if (c->skew_experts > 0 && (c->one_rank >= 0 || c->skew_experts > c->cfg.num_experts ||
+                              (c->skew_experts < K && !(c->skew_ratio < 1.0)))) {
+    fprintf(stderr, "    fill_routing: skew over %d experts (ratio %g) with K %d\n", c->skew_experts, c->skew_ratio, K);
+    return -1;
+  }
   for (int64_t t = 0; t < T; ++t) {
     int32_t* ti = idx + t * K;
     float* tw = w + t * K;
@@ -79,7 +84,10 @@ static int fill_routing(mm_rng* g, const lc_case* c, int El, int32_t* idx, float
       int e;
       int fresh;
       do {
-        e = first + (int)mm_rng_below(g, (uint64_t)choices);
+        if (c->skew_experts > 0 && mm_rng_uniform(g) < c->skew_ratio)
+          e = (int)mm_rng_below(g, (uint64_t)c->skew_experts);
+        else
+          e = first + (int)mm_rng_below(g, (uint64_t)choices);
         fresh = 1;
         for (int j = 0; j < k; ++j) fresh &= ti[j] != e;
       } while (!fresh);
@@ -152,6 +160,7 @@ int lc_build(const lc_case* c, int R, int rank, lc_data* d) {
     fill_tokens(&g, d->x[r], d->x_sf[r], T, H);
     if (fill_routing(&g, c, d->El, d->idx[r], d->w[r], T) != 0) return -1;
   }
+  if (c->no_reference) return 0;
   d->y_ref = malloc(sizeof(uint16_t) * (size_t)(c->tokens[rank] * H) + 1);
   if (!d->y_ref) return -1;
   return lc_reference(c, d, rank);

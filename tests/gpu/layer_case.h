@@ -10,6 +10,19 @@
 #include "megamoe.h"
 #include "rank_ctx.h"
 
+/* In a ranked test: a check that records its failure in the caller's `bad`
+ * (and says where on stderr) instead of returning, so the rank still makes
+ * every collective call. Needs `ctx` (mm_rank_ctx*) and `int bad` in scope. */
+#define LC_EXPECT(cond, ...)                                                                            \
+  do {                                                                                                  \
+    if (!(cond)) {                                                                                      \
+      fprintf(stderr, "    rank %d: EXPECT failed at %s:%d: %s: ", ctx->rank, __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                                                     \
+      fputc('\n', stderr);                                                                              \
+      bad = 1;                                                                                          \
+    }                                                                                                   \
+  } while (0)
+
 /* Make cases with lc_make: one_expert and one_rank are off at -1, not 0. */
 typedef struct lc_case {
   megamoe_config cfg;
@@ -19,6 +32,11 @@ typedef struct lc_case {
   int one_rank;                      /* >= 0: every slot goes to distinct experts of this rank (K <= E_l) */
   int repeat_expert;                 /* 1: slots of a token share an expert (patterns in fill_routing) */
   int idx64;                         /* int64 top-k indices */
+  int skew_experts;                  /* > 0: a slot picks one of experts [0, skew_experts) with probability
+                                        skew_ratio (most slots on a few experts of rank 0), else any expert */
+  double skew_ratio;                 /* < 1 when skew_experts < K (a token's K experts are distinct) */
+  int no_reference;                  /* 1: lc_build computes no reference (y_ref NULL; tests that compare
+                                        arms bitwise and judge nothing against it) */
   uint64_t seed;                     /* tokens and routing */
   uint64_t weight_seed;              /* weights (0: same as seed) */
 } lc_case;
@@ -41,7 +59,7 @@ typedef struct lc_device {
 
 /* A case with every rank holding T tokens (T_max = max(T, 1)), timeout 20 s,
  * the arm of mm_test_arm(), seed from the run's seed and salt, no mask and
- * none of one_expert, one_rank, repeat_expert, idx64. */
+ * none of one_expert, one_rank, repeat_expert, idx64, skew, no_reference. */
 lc_case lc_make(const mm_rank_ctx* ctx, int64_t H, int64_t I, int E, int K, int64_t T, uint64_t salt);
 
 /* Builds the problem (identical on every rank) and this rank's reference.

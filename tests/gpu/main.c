@@ -11,7 +11,7 @@
  * matching test start no process. gpu_tests --list prints every test name,
  * one per line, and runs nothing. MEGAMOE_TEST_SEED fixes the seed;
  * MEGAMOE_TEST_RANKS (e.g. "1,2") picks the rank counts of the layer tests
- * (default: 1, 2 and all visible GPUs). MEGAMOE_TEST_ARM (staged, split) and
+ * (default: 1, 2 and all visible GPUs). MEGAMOE_TEST_ARM (staged, split, fused) and
  * MEGAMOE_GEMM (simple, wgmma) set by the caller keep only the layer
  * variants of that arm and engine (unset: every variant).
  *
@@ -178,10 +178,12 @@ static int count_all(const char* filter) {
   for (const mm_test* t = mm_gemm_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
   for (const mm_test* t = mm_comm_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
   for (const mm_test* t = mm_fused_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
-  /* Layer tests in 3 variants, error and fuzz tests in 2, at up to 3 rank counts (as main runs them). */
-  for (const mm_rank_test* t = mm_layer_tests; t->name; ++t) n += 3 * 2 * name_matches(filter, t->name);
-  for (const mm_rank_test* t = mm_error_tests; t->name; ++t) n += 2 * 2 * name_matches(filter, t->name);
-  for (const mm_rank_test* t = mm_fuzz_tests; t->name; ++t) n += 2 * 2 * name_matches(filter, t->name);
+  /* Layer tests in 4 variants, error and fuzz tests in 3, the ring tests in 1, at 2 rank counts (as main
+   * runs them without a GPU count). */
+  for (const mm_rank_test* t = mm_layer_tests; t->name; ++t) n += 4 * 2 * name_matches(filter, t->name);
+  for (const mm_rank_test* t = mm_error_tests; t->name; ++t) n += 3 * 2 * name_matches(filter, t->name);
+  for (const mm_rank_test* t = mm_fuzz_tests; t->name; ++t) n += 3 * 2 * name_matches(filter, t->name);
+  for (const mm_rank_test* t = mm_ring_tests; t->name; ++t) n += 1 * 2 * name_matches(filter, t->name);
   return n;
 }
 
@@ -207,7 +209,7 @@ static int variant_chosen(const variant_choice* c, const char* engine, const cha
 
 static void list_tests(void) {
   const mm_test* const singles[] = {mm_gemm_gpu_tests, mm_comm_gpu_tests, mm_fused_gpu_tests, mm_sanitize_controls};
-  const mm_rank_test* const ranked[] = {mm_layer_tests, mm_error_tests, mm_fuzz_tests};
+  const mm_rank_test* const ranked[] = {mm_layer_tests, mm_error_tests, mm_fuzz_tests, mm_ring_tests};
   for (size_t i = 0; i < sizeof singles / sizeof singles[0]; ++i)
     for (const mm_test* t = singles[i]; t->name; ++t) printf("%s\n", t->name);
   for (size_t i = 0; i < sizeof ranked / sizeof ranked[0]; ++i)
@@ -265,22 +267,28 @@ int main(int argc, char** argv) {
   run_suite(&fused, 1, &counts);
 
   /* Every layer variant: the staged arm on both GEMM engines (the simple one
-   * is the oracle), the split arm (on the wgmma engine it is built on). The
-   * error protocol and the argument fuzz on each arm, once per rank count. */
+   * is the oracle), the split and fused arms (on the wgmma engine they are
+   * built on). The error protocol and the argument fuzz on each arm, the
+   * ring tests on the fused arm, once per rank count. */
   struct variant {
     const char* engine;
     const char* arm;
     const char* label;
     int errors; /* also run the error-protocol and fuzz suites */
-  } variants[] = {{"simple", "staged", "simple", 0}, {"wgmma", "staged", "wgmma", 1}, {"wgmma", "split", "split", 1}};
+    int ring;   /* also run the ring suite */
+  } variants[] = {{"simple", "staged", "simple", 0, 0},
+                  {"wgmma", "staged", "wgmma", 1, 0},
+                  {"wgmma", "split", "split", 1, 0},
+                  {"wgmma", "fused", "fused", 1, 1}};
   const variant_choice choice = variant_choice_from_env();
-  const mm_rank_test* const passes[3] = {mm_layer_tests, mm_error_tests, mm_fuzz_tests};
+  const mm_rank_test* const passes[4] = {mm_layer_tests, mm_error_tests, mm_fuzz_tests, mm_ring_tests};
   for (size_t v = 0; v < sizeof variants / sizeof variants[0]; ++v) {
     if (!variant_chosen(&choice, variants[v].engine, variants[v].arm)) continue;
     setenv("MEGAMOE_GEMM", variants[v].engine, 1);
     setenv("MEGAMOE_TEST_ARM", variants[v].arm, 1);
-    for (int pass = 0; pass < 3; ++pass) {
-      if (pass > 0 && !variants[v].errors) continue;
+    for (int pass = 0; pass < 4; ++pass) {
+      if ((pass == 1 || pass == 2) && !variants[v].errors) continue;
+      if (pass == 3 && !variants[v].ring) continue;
       const mm_rank_test* suite = passes[pass];
       for (int i = 0; i < nrc; ++i) {
         const int r = rank_counts[i];

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fused.h"
+#include "fused/fused_stream.cuh"
 #include "gpu_suites.h"
 
 namespace {
@@ -94,9 +95,75 @@ mm_test_result t_stream_on_device() {
   return MM_TEST_PASS;
 }
 
+/* The kernel's CTA-parallel build (fused_stream.cuh, one warp's scan) from
+ * counts in device memory, its arrays and totals copied out. */
+__global__ void fs_build_cta(mm_fused_order order, int32_t experts, const int32_t* counts, int bm0, int bm1, int tn0,
+                             int tn1, int32_t* words_out, int64_t* totals) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const mm_fused_stream* s = mm_fused_stream_build_cta(smem, counts, order, experts, bm0, bm1, tn0, tn1);
+  for (int i = threadIdx.x; i < MM_FUSED_STREAM_WORDS(experts); i += blockDim.x) words_out[i] = s->block_start[i];
+  if (threadIdx.x == 0) {
+    totals[0] = s->tasks;
+    totals[1] = s->blocks;
+    totals[2] = s->units;
+    totals[3] = s->phases;
+  }
+}
+
+mm_test_result t_stream_build_cta() {
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  int cases = 0;
+  for (int i = 0; i < 40; ++i) {
+    /* Up to 1024 experts (MM_GEMM_MAX_EXPERTS): chunks of several experts per lane. */
+    const int32_t experts = 1 + (int32_t)(x % (i < 20 ? 40 : 1024));
+    int32_t* rows = (int32_t*)malloc(sizeof(int32_t) * (size_t)experts);
+    for (int e = 0; e < experts; ++e) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      rows[e] = (x % 4 == 0) ? 0 : (int32_t)(x % 3000);
+    }
+    const mm_fused_order order = {i % 3 == 0, 8 + (int32_t)(x % 20), 4, 100};
+    const int bm0 = 64 << (i % 2), bm1 = 64 << (i % 3), tn0 = 1 + i % 5, tn1 = 1 + i % 7;
+    const int words = MM_FUSED_STREAM_WORDS(experts);
+    int32_t* harr = (int32_t*)malloc(sizeof(int32_t) * (size_t)words);
+    mm_fused_stream h;
+    mm_fused_stream_init(&h, order, experts, rows, harr, bm0, bm1, tn0, tn1);
+    int32_t *d_rows = nullptr, *d_words = nullptr;
+    int64_t* d_totals = nullptr;
+    CUDA_OK(cudaMalloc(&d_rows, sizeof(int32_t) * (size_t)experts));
+    CUDA_OK(cudaMalloc(&d_words, sizeof(int32_t) * (size_t)words));
+    CUDA_OK(cudaMalloc(&d_totals, 4 * sizeof(int64_t)));
+    CUDA_OK(cudaMemcpy(d_rows, rows, sizeof(int32_t) * (size_t)experts, cudaMemcpyHostToDevice));
+    fs_build_cta<<<1, 384, mm_fused_stream_smem_bytes(experts)>>>(order, experts, d_rows, bm0, bm1, tn0, tn1, d_words,
+                                                                  d_totals);
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    int32_t* got = (int32_t*)malloc(sizeof(int32_t) * (size_t)words);
+    int64_t totals[4];
+    CUDA_OK(cudaMemcpy(got, d_words, sizeof(int32_t) * (size_t)words, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(totals, d_totals, sizeof totals, cudaMemcpyDeviceToHost));
+    cudaFree(d_rows);
+    cudaFree(d_words);
+    cudaFree(d_totals);
+    int bad = memcmp(got, harr, sizeof(int32_t) * (size_t)words) != 0;
+    bad |= totals[0] != h.tasks || totals[1] != h.blocks || totals[2] != h.units || totals[3] != h.phases;
+    free(got);
+    free(harr);
+    free(rows);
+    if (bad) {
+      fprintf(stderr, "    case %d (%d experts): the CTA's stream differs from the host's (tasks %lld / %lld)\n", i,
+              experts, (long long)totals[0], (long long)h.tasks);
+      return MM_TEST_FAIL;
+    }
+    cases++;
+  }
+  printf("    %d streams built alike by a CTA and by the host\n", cases);
+  return MM_TEST_PASS;
+}
+
 }  // namespace
 
 extern "C" const mm_test mm_fused_gpu_tests[] = {
     {"fused: the task stream decoded on the device equals the host's", t_stream_on_device},
+    {"fused: the stream a CTA builds in parallel equals the host's serial build", t_stream_build_cta},
     {NULL, NULL},
 };

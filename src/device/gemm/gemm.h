@@ -116,6 +116,15 @@ typedef struct mm_gemm_plan {
 megamoe_status mm_gemm_plan_make(const mm_gemm_problem* p, mm_gemm_tile tile, mm_gemm_plan* plan);
 megamoe_status mm_gemm_plan_launch(const mm_gemm_plan* plan, cudaStream_t stream);
 
+/* For kernels that load a tile's A rows (and their scales) in boxes of
+ * box_rows rows (the fused arm: a 256-row tile spans two 128-row ring
+ * blocks whose slots need not be adjacent; gemm_mainloop.cuh,
+ * mm_gemm_load_stage): re-encodes the plan's A map with box_rows-row boxes
+ * and its A-scale map with (box_rows, 1) boxes. A no-op when the tile is not
+ * taller than box_rows. The engine's own kernel (mm_gemm_plan_launch) then
+ * must not run the plan. */
+megamoe_status mm_gemm_plan_a_boxes(mm_gemm_plan* plan, int box_rows);
+
 /* Plan + launch in one call (tile AUTO: mm_gemm_pick_tile with the pool capacity). */
 megamoe_status mm_gemm_wgmma(const mm_gemm_problem* p, mm_gemm_tile tile, cudaStream_t stream);
 

@@ -49,7 +49,12 @@
  * not fit waits forever, so these three numbers go together. */
 #define MM_GEMM_MATH_REGS 232
 #define MM_GEMM_PRODUCER_REGS 40
-static_assert(2 * 128 * MM_GEMM_MATH_REGS + 128 * MM_GEMM_PRODUCER_REGS <= 168 * 384, "setmaxnreg budget");
+/* Registers of every warp once the roles are done (an arm's tail that the
+ * whole CTA runs: barriers, reduction): the launch's 168, so the math
+ * warpgroups' decrease frees exactly what the producer warpgroup's increase
+ * takes. */
+#define MM_GEMM_TAIL_REGS 168
+static_assert(2 * 128 * MM_GEMM_MATH_REGS + 128 * MM_GEMM_PRODUCER_REGS <= MM_GEMM_TAIL_REGS * 384, "setmaxnreg budget");
 #define MM_GEMM_BLOCK_K 128
 #define MM_GEMM_SMEM_LIMIT 232448 /* 227 KB: Hopper's per-block opt-in maximum */
 #define MM_GEMM_MAX_STAGES 8
@@ -81,6 +86,18 @@ struct mm_gemm_cfg {
   static constexpr uint32_t kTxBytes = kStageA + kStageB + kStageSF;
   static constexpr uint32_t kStagingBytes = kStaging ? (uint32_t)BM * BN * 2 : 0;
   static constexpr int kGroupM = MM_GEMM_GROUP_ROWS / BM;   /* m-tiles per scheduler group */
+  /* Where stage s of each operand sits (bytes from stage 0) and how many A
+   * rows one TMA load brings. The engine's own kernels keep each operand's
+   * stages contiguous and load a tile's A rows in one box. The fused arm
+   * (device/fused/) runs two tile shapes over one pipeline: its tile types
+   * derive from this one and override these (mm_fused_tile): stages as large
+   * as the larger image, and A loaded per 128-row ring block (a 256-row tile
+   * spans two blocks whose ring slots need not be adjacent; tile_info's
+   * a_row1 / out_row1 then name the second block's rows). */
+  static constexpr uint32_t kStrideA = kStageA;
+  static constexpr uint32_t kStrideB = kStageB;
+  static constexpr uint32_t kStrideSF = kStageSF;
+  static constexpr int kABoxRows = BM;
 
   static_assert(BM == 64 || BM == 128 || BM == 256, "BM");
   static_assert(BN == 128 || BN == 256, "BN");
@@ -94,8 +111,11 @@ struct mm_gemm_cfg {
 
 /* The CTA's control block: the abort word at 0, the staging hand-off
  * barriers (copy_full at 8, copy_empty at 16) of an epilogue whose stores
- * other warps make (mm_gemm_copy_loop). */
-#define MM_GEMM_CTRL_BYTES 32u
+ * other warps make (mm_gemm_copy_loop); the tile-id ring of a dynamically
+ * scheduled GEMM (gemm_dynamic.cuh): MM_GEMM_TILE_RING ids at 32, their
+ * full barriers at 64, their empty barriers at 96. */
+#define MM_GEMM_TILE_RING 4
+#define MM_GEMM_CTRL_BYTES 128u
 
 static inline __host__ __device__ uint32_t mm_align_up_u32(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 
@@ -149,6 +169,9 @@ struct mm_gemm_smem {
   volatile int32_t* abort;  /* non-zero: a role gave up */
   uint32_t copy_full;       /* the staging area holds a tile for the copy warps (256 arrivals) */
   uint32_t copy_empty;      /* the copy warps are done reading it (MM_GEMM_COPY_THREADS arrivals) */
+  volatile int32_t* tile_ids; /* [MM_GEMM_TILE_RING] tiles the producer claimed (-1: none left) */
+  uint32_t tile_full;       /* barrier 0 of the ids' full barriers (1 arrival: the producer) */
+  uint32_t tile_empty;      /* barrier 0 of the ids' empty barriers (one arrival per reading warp) */
   uint8_t* sched;           /* the scheduler's arrays */
 };
 
@@ -172,20 +195,30 @@ MM_DEVICE mm_gemm_smem mm_gemm_smem_carve(uint8_t* raw, const mm_gemm_layout& L)
   sm.abort = reinterpret_cast<volatile int32_t*>(base + L.off_abort);
   sm.copy_full = addr + L.off_abort + 8;
   sm.copy_empty = addr + L.off_abort + 16;
+  sm.tile_ids = reinterpret_cast<volatile int32_t*>(base + L.off_abort + 32);
+  sm.tile_full = addr + L.off_abort + 64;
+  sm.tile_empty = addr + L.off_abort + 96;
   sm.sched = base + L.off_sched;
   return sm;
 }
 
 /* One thread; a CTA barrier must follow before any use. full: one arrival
  * (the producer's expect_tx) plus the TMA bytes; empty: one arrival per math
- * warp (8). */
-MM_DEVICE void mm_gemm_init_barriers(const mm_gemm_smem& sm) {
+ * warp (8); copy_empty: one per copy thread (the kernel's copy warps).
+ * tile_ring_readers: the warps that read each claimed tile id (a dynamically
+ * scheduled GEMM; 8 math warps, plus the copy warps if any). */
+MM_DEVICE void mm_gemm_init_barriers(const mm_gemm_smem& sm, uint32_t copy_threads = MM_GEMM_COPY_THREADS,
+                                     int tile_ring_readers = 8) {
+  for (int i = 0; i < MM_GEMM_TILE_RING; ++i) {
+    mm_mbar_init(sm.tile_full + 8 * i, 1);
+    mm_mbar_init(sm.tile_empty + 8 * i, (uint32_t)tile_ring_readers);
+  }
   for (uint32_t s = 0; s < sm.stages; ++s) {
     mm_mbar_init(sm.full + 8 * s, 1);
     mm_mbar_init(sm.empty + 8 * s, 8);
   }
   mm_mbar_init(sm.copy_full, MM_GEMM_MATH_THREADS);
-  mm_mbar_init(sm.copy_empty, MM_GEMM_COPY_THREADS);
+  mm_mbar_init(sm.copy_empty, copy_threads);
   *sm.abort = 0;
   mm_fence_mbar_init();
 }

@@ -135,11 +135,21 @@ MM_DEVICE void mm_gemm_epilogue_tma_store(const mm_gemm_smem& sm, const CUtensor
   }
 }
 
+/* Output row of tile row r (the row the scatter table is indexed by): rows
+ * past the first A box of a two-box tile (Cfg::kABoxRows < BM) sit at the
+ * second box's rows. */
+template <class Cfg>
+MM_DEVICE int64_t mm_gemm_out_row(const mm_gemm_tile_info& ti, int r) {
+  if constexpr (Cfg::kABoxRows == Cfg::BM) return (int64_t)ti.out_row0 + r;
+  else return r < Cfg::kABoxRows ? (int64_t)ti.out_row0 + r : (int64_t)ti.out_row1 + (r - Cfg::kABoxRows);
+}
+
 /* Where output row r of the tile goes (contract.h, mm_gemm_scatter): its
  * source rank's combine row at the tile's first column, or NULL for a row
  * that is skipped. */
+template <class Cfg>
 MM_DEVICE uint8_t* mm_gemm_scatter_dst(const mm_gemm_problem& p, const mm_gemm_tile_info& ti, int r) {
-  const mm_pool_row d = p.scatter.rows[ti.out_row0 + r];
+  const mm_pool_row d = p.scatter.rows[mm_gemm_out_row<Cfg>(ti, r)];
   uint8_t* base = d.src_rank >= 0 && d.src_rank < MM_MAX_RANKS ? p.scatter.dst_base[d.src_rank] : nullptr;
   return base ? base + ((int64_t)d.token_slot * p.n + ti.n0) * 2 : nullptr;
 }
@@ -162,7 +172,7 @@ MM_DEVICE void mm_gemm_epilogue_scatter(const mm_gemm_smem& sm, const mm_gemm_pr
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int r = r_first + i * kRowStep;
-    dst[i] = r < ti.rows ? mm_gemm_scatter_dst(p, ti, r) : nullptr;
+    dst[i] = r < ti.rows ? mm_gemm_scatter_dst<Cfg>(p, ti, r) : nullptr;
   }
   mm_gemm_stage_bf16<Cfg>(sm, wg, acc, false, false);
 #pragma unroll
@@ -197,33 +207,50 @@ MM_DEVICE void mm_gemm_epilogue_stage_for_copy(const mm_gemm_smem& sm, const mm_
 
 #define MM_GEMM_BAR_COPY 4 /* named barrier of the copy warps */
 
-/* Copy side: the MM_GEMM_COPY_THREADS copy threads (index c_tid), every tile
- * of this CTA. Per tile the rows' destinations are looked up into shared
- * memory (the xwg area: BM pointers) while the math warps still compute the
- * tile; all copy threads take one decision per tile (bar.red.or), so they
- * leave together when the pipeline is abandoned. */
-template <class Cfg, class Sched>
-MM_DEVICE void mm_gemm_copy_loop(const mm_gemm_smem& sm, const Sched& sched, const mm_gemm_problem& p, int c_tid) {
+/* Copy side, one tile (the j-th this CTA stages for its copy threads): the
+ * kThreads copy threads (index c_tid; barrier MM_GEMM_BAR_COPY over them).
+ * The rows' destinations are looked up into shared memory (the xwg area: BM
+ * pointers) while the math warps still compute the tile, then the threads
+ * wait for the staged tile and store it. All copy threads take one decision
+ * (bar.red.or): false when the pipeline was abandoned (nothing stored, the
+ * caller leaves). rows_ready: this thread may read the scatter table now
+ * (the engine's kernels: always; the fused arm: after its rows' pull was
+ * acquired); false counts as abandoned. */
+template <class Cfg, int kThreads>
+MM_DEVICE bool mm_gemm_copy_tile(const mm_gemm_smem& sm, const mm_gemm_problem& p, const mm_gemm_tile_info& ti,
+                                 uint32_t j, int c_tid, bool rows_ready = true) {
   static_assert(2 * Cfg::BM * sizeof(float) >= Cfg::BM * sizeof(void*), "row destinations fit the xwg area");
+  static_assert(kThreads % 32 == 0, "whole copy warps");
   constexpr int kChunks = Cfg::BN * 2 / 16; /* 16-byte chunks per row */
   uint8_t** dst = reinterpret_cast<uint8_t**>(sm.xwg);
-  mm_gemm_tile_info ti;
-  typename Sched::iter it = sched.begin();
-  for (uint32_t j = 0; sched.template next<Cfg>(it, ti); ++j) {
-    for (int r = c_tid; r < ti.rows; r += MM_GEMM_COPY_THREADS) dst[r] = mm_gemm_scatter_dst(p, ti, r);
-    const bool staged = mm_gemm_wait(sm, sm.copy_full, j & 1u, p);
-    /* Also the barrier that publishes dst[] to every copy thread. */
-    if (mm_named_barrier_or(MM_GEMM_BAR_COPY, MM_GEMM_COPY_THREADS, !staged)) break;
+  if (rows_ready)
+    for (int r = c_tid; r < ti.rows; r += kThreads) dst[r] = mm_gemm_scatter_dst<Cfg>(p, ti, r);
+  const bool staged = rows_ready && mm_gemm_wait(sm, sm.copy_full, j & 1u, p);
+  /* Also the barrier that publishes dst[] to every copy thread. */
+  if (mm_named_barrier_or(MM_GEMM_BAR_COPY, kThreads, !staged)) return false;
 #pragma unroll 2
-    for (int idx = c_tid; idx < ti.rows * kChunks; idx += MM_GEMM_COPY_THREADS) {
-      const int r = idx / kChunks, c = idx % kChunks;
-      uint8_t* row = dst[r];
-      if (!row) continue;
-      const uint32_t off = mm_gemm_staging_addr<Cfg>(0u, (uint32_t)r, (uint32_t)(8 * c));
-      reinterpret_cast<uint4*>(row)[c] = *reinterpret_cast<const uint4*>(sm.d_ptr + off);
-    }
-    mm_mbar_arrive(sm.copy_empty); /* this thread's reads of the staging area are done (their values are stored) */
-    mm_named_barrier_sync_c<MM_GEMM_BAR_COPY, MM_GEMM_COPY_THREADS>(); /* dst[] is read out before the next tile's lookups */
+  for (int idx = c_tid; idx < ti.rows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    uint8_t* row = dst[r];
+    if (!row) continue;
+    const uint32_t off = mm_gemm_staging_addr<Cfg>(0u, (uint32_t)r, (uint32_t)(8 * c));
+    reinterpret_cast<uint4*>(row)[c] = *reinterpret_cast<const uint4*>(sm.d_ptr + off);
+  }
+  mm_mbar_arrive(sm.copy_empty); /* this thread's reads of the staging area are done (their values are stored) */
+  mm_named_barrier_sync_c<MM_GEMM_BAR_COPY, kThreads>(); /* dst[] is read out before the next tile's lookups */
+  return true;
+}
+
+/* Copy side: the MM_GEMM_COPY_THREADS copy threads (index c_tid), every tile
+ * of this CTA in the order next_tile gives them (the math warpgroups' order),
+ * until none is left or the pipeline is abandoned. next_tile(ti): 1 a tile,
+ * 0 none left, -1 gave up (the same in every copy thread but a give-up). */
+template <class Cfg, class NextTile>
+MM_DEVICE void mm_gemm_copy_loop(const mm_gemm_smem& sm, const mm_gemm_problem& p, int c_tid, NextTile&& next_tile) {
+  for (uint32_t j = 0;; ++j) {
+    mm_gemm_tile_info ti;
+    const int got = next_tile(ti);
+    if (!mm_gemm_copy_tile<Cfg, MM_GEMM_COPY_THREADS>(sm, p, ti, j, c_tid, got == 1)) break;
   }
 }
 

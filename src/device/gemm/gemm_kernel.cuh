@@ -25,13 +25,13 @@
 template <class Cfg, class Sched>
 MM_DEVICE void mm_gemm_cta_setup(const mm_gemm_smem& sm, Sched& sched, const mm_gemm_problem& p,
                                  const CUtensorMap* tm_a, const CUtensorMap* tm_b, const CUtensorMap* tm_sfa,
-                                 const CUtensorMap* tm_d) {
+                                 const CUtensorMap* tm_d, int tile_ring_readers = 8) {
   if (threadIdx.x == 256) {
     mm_tma_prefetch_map(tm_a);
     mm_tma_prefetch_map(tm_b);
     mm_tma_prefetch_map(tm_sfa);
     if (tm_d) mm_tma_prefetch_map(tm_d);
-    mm_gemm_init_barriers(sm);
+    mm_gemm_init_barriers(sm, MM_GEMM_COPY_THREADS, tile_ring_readers);
   }
   sched.build(sm.sched, p, Cfg::BM, Cfg::BN, threadIdx.x, MM_GEMM_THREADS);
   __syncthreads();

@@ -102,6 +102,22 @@ MM_DEVICE bool mm_gemm_wait(const mm_gemm_smem& sm, uint32_t bar, uint32_t parit
   }
 }
 
+/* Producer: waits (acquire, the problem's deadline, site GEMM_ROWS_READY)
+ * until *counter >= target; gives up on the abort word or an error of this
+ * forward, and then sets the abort word. detail: the counter's index, for
+ * the message. The caller runs the async-proxy fence before its TMA loads. */
+MM_DEVICE bool mm_gemm_wait_counter(const mm_gemm_smem& sm, const mm_gemm_problem& p, const int32_t* counter,
+                                    int32_t target, int detail) {
+  mm_wait_ctx ctx;
+  ctx.status = p.status;
+  ctx.timeout_ns = p.timeout_ns;
+  ctx.site = MM_SITE_GEMM_ROWS_READY;
+  ctx.abort_flag = sm.abort;
+  if (mm_wait_counter_geq<false>(counter, target, ctx, detail)) return true;
+  *sm.abort = 1;
+  return false;
+}
+
 /* Producer: waits until every rows-ready block the tile's A rows touch holds
  * its target, then orders those rows (written through the generic proxy)
  * before the TMA loads. */
@@ -109,32 +125,55 @@ template <class Cfg>
 MM_DEVICE bool mm_gemm_wait_rows_ready(const mm_gemm_smem& sm, const mm_gemm_problem& p,
                                        const mm_gemm_tile_info& ti) {
   if (!p.ready.counters) return true;
-  mm_wait_ctx ctx;
-  ctx.status = p.status;
-  ctx.timeout_ns = p.timeout_ns;
-  ctx.site = MM_SITE_GEMM_ROWS_READY;
-  ctx.abort_flag = sm.abort;
   const int b0 = ti.a_row0 / MM_READY_BLOCK_ROWS;
   const int b1 = (ti.a_row0 + ti.rows - 1) / MM_READY_BLOCK_ROWS;
   for (int b = b0; b <= b1; ++b) {
     const int rows_in_block = min(MM_READY_BLOCK_ROWS, ti.expert_rows - (b * MM_READY_BLOCK_ROWS - ti.expert_a_row0));
     const int target = p.ready.base + p.ready.per_row * rows_in_block;
-    if (!mm_wait_counter_geq<false>(p.ready.counters + b, target, ctx, b)) {
-      *sm.abort = 1;
-      return false;
-    }
+    if (!mm_gemm_wait_counter(sm, p, p.ready.counters + b, target, b)) return false;
   }
   mm_fence_proxy_async_global();
   return true;
 }
 
-/* Producer thread: the K loop of one tile. tm_b rows are expert-major
- * (row = e * n + column). False when it gave up (the abort word is set). */
+/* The TMA loads of K block kb of a tile into stage s, completing on `full`.
+ * A in one box of BM rows at a_row0, or (Cfg::kABoxRows < BM) in two boxes
+ * of kABoxRows rows at a_row0 and a_row1: the same shared-memory image (the
+ * 128-byte swizzle repeats every 8 rows, and the second box starts on a
+ * 1024-byte boundary), with the A scales [kPromo][BM] loaded per (box,
+ * promotion block): the tensor map's box is then (kABoxRows, 1)
+ * (mm_gemm_plan_a_boxes). */
 template <class Cfg>
-MM_DEVICE bool mm_gemm_produce_tile(const mm_gemm_smem& sm, mm_gemm_pipe& pipe, const CUtensorMap* tm_a,
-                                    const CUtensorMap* tm_b, const CUtensorMap* tm_sfa, const mm_gemm_problem& p,
-                                    const mm_gemm_tile_info& ti) {
-  if (!mm_gemm_wait_rows_ready<Cfg>(sm, p, ti)) return false;
+MM_DEVICE void mm_gemm_load_stage(const mm_gemm_smem& sm, uint32_t s, uint32_t full, const CUtensorMap* tm_a,
+                                  const CUtensorMap* tm_b, const CUtensorMap* tm_sfa, const mm_gemm_tile_info& ti,
+                                  int kb, int b_row) {
+  if constexpr (Cfg::kABoxRows == Cfg::BM) {
+    mm_tma_load_2d(sm.a + s * Cfg::kStrideA, tm_a, full, kb * MM_GEMM_BLOCK_K, ti.a_row0);
+    mm_tma_load_2d(sm.b + s * Cfg::kStrideB, tm_b, full, kb * MM_GEMM_BLOCK_K, b_row);
+    mm_tma_load_2d(sm.sf + s * Cfg::kStrideSF, tm_sfa, full, ti.a_row0, kb * Cfg::kPromo);
+  } else {
+    static_assert(Cfg::BM == 2 * Cfg::kABoxRows && (Cfg::kABoxRows * 128) % 1024 == 0, "A in two boxes");
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int row = j ? ti.a_row1 : ti.a_row0;
+      mm_tma_load_2d(sm.a + s * Cfg::kStrideA + (uint32_t)(j * Cfg::kABoxRows * 128), tm_a, full,
+                     kb * MM_GEMM_BLOCK_K, row);
+#pragma unroll
+      for (int h = 0; h < Cfg::kPromo; ++h)
+        mm_tma_load_2d(sm.sf + s * Cfg::kStrideSF + (uint32_t)((h * Cfg::BM + j * Cfg::kABoxRows) * 4), tm_sfa, full,
+                       row, kb * Cfg::kPromo + h);
+    }
+    mm_tma_load_2d(sm.b + s * Cfg::kStrideB, tm_b, full, kb * MM_GEMM_BLOCK_K, b_row);
+  }
+}
+
+/* Producer thread: the K loop of one tile whose A rows are ready. tm_b rows
+ * are expert-major (row = e * n + column). False when it gave up (the abort
+ * word is set). */
+template <class Cfg>
+MM_DEVICE bool mm_gemm_produce_tile_loads(const mm_gemm_smem& sm, mm_gemm_pipe& pipe, const CUtensorMap* tm_a,
+                                          const CUtensorMap* tm_b, const CUtensorMap* tm_sfa,
+                                          const mm_gemm_problem& p, const mm_gemm_tile_info& ti) {
   const int kblocks = p.k / MM_GEMM_BLOCK_K;
   const int b_row = ti.expert * p.n + ti.n0;
   for (int kb = 0; kb < kblocks; ++kb) {
@@ -142,12 +181,19 @@ MM_DEVICE bool mm_gemm_produce_tile(const mm_gemm_smem& sm, mm_gemm_pipe& pipe, 
     if (!mm_gemm_wait(sm, sm.empty + 8 * s, pipe.phase ^ 1u, p)) return false;
     const uint32_t full = sm.full + 8 * s;
     mm_mbar_arrive_expect_tx(full, Cfg::kTxBytes);
-    mm_tma_load_2d(sm.a + s * Cfg::kStageA, tm_a, full, kb * MM_GEMM_BLOCK_K, ti.a_row0);
-    mm_tma_load_2d(sm.b + s * Cfg::kStageB, tm_b, full, kb * MM_GEMM_BLOCK_K, b_row);
-    mm_tma_load_2d(sm.sf + s * Cfg::kStageSF, tm_sfa, full, ti.a_row0, kb * Cfg::kPromo);
+    mm_gemm_load_stage<Cfg>(sm, s, full, tm_a, tm_b, tm_sfa, ti, kb, b_row);
     mm_gemm_pipe_advance(pipe, sm.stages);
   }
   return true;
+}
+
+/* Producer thread: one tile, after the problem's rows-ready wait. */
+template <class Cfg>
+MM_DEVICE bool mm_gemm_produce_tile(const mm_gemm_smem& sm, mm_gemm_pipe& pipe, const CUtensorMap* tm_a,
+                                    const CUtensorMap* tm_b, const CUtensorMap* tm_sfa, const mm_gemm_problem& p,
+                                    const mm_gemm_tile_info& ti) {
+  if (!mm_gemm_wait_rows_ready<Cfg>(sm, p, ti)) return false;
+  return mm_gemm_produce_tile_loads<Cfg>(sm, pipe, tm_a, tm_b, tm_sfa, p, ti);
 }
 
 /* Rows / columns of math warpgroup wg (0, 1) inside the tile. */
@@ -185,8 +231,8 @@ MM_DEVICE void mm_gemm_issue_chain(const mm_gemm_smem& sm, uint32_t s, int h, in
 #pragma unroll
   for (int kk = 0; kk < Cfg::kK32PerPromo; ++kk) {
     const int k32 = h * Cfg::kK32PerPromo + kk;
-    const uint32_t a_lo = a_lo0 + ((s * Cfg::kStageA + (uint32_t)(row_w + 64 * wm) * 128u + 32u * k32) >> 4);
-    const uint32_t b_lo = b_lo0 + ((s * Cfg::kStageB + (uint32_t)(col_w + 128 * wn) * 128u + 32u * k32) >> 4);
+    const uint32_t a_lo = a_lo0 + ((s * Cfg::kStrideA + (uint32_t)(row_w + 64 * wm) * 128u + 32u * k32) >> 4);
+    const uint32_t b_lo = b_lo0 + ((s * Cfg::kStrideB + (uint32_t)(col_w + 128 * wn) * 128u + 32u * k32) >> 4);
     mm_wgmma_m64n128k32_e4m3(part, mm_wgmma_desc(a_lo), mm_wgmma_desc(b_lo), kk > 0 ? 1u : 0u);
   }
   mm_wgmma_commit();
@@ -269,7 +315,7 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
 
     /* A scales of this warp's rows, read before the stage is released. */
     float sa[Cfg::kPromo][Cfg::kWM][2];
-    const float* sf_stage = sm.sf_ptr + s * (Cfg::kStageSF / 4);
+    const float* sf_stage = sm.sf_ptr + s * (Cfg::kStrideSF / 4);
 #pragma unroll
     for (int h = 0; h < Cfg::kPromo; ++h)
 #pragma unroll
@@ -357,7 +403,7 @@ MM_DEVICE bool mm_gemm_consume_tile_2p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
     const int kb_ = (u) / Cfg::kPromo;                                                          \
     if (h_ == 0 && !mm_gemm_wait(sm, sm.full + 8 * pipe.stage, pipe.phase, p)) ok = false;       \
     st = pipe.stage;                                                                            \
-    const float* sf_ = sm.sf_ptr + st * (Cfg::kStageSF / 4) + h_ * Cfg::BM;                     \
+    const float* sf_ = sm.sf_ptr + st * (Cfg::kStrideSF / 4) + h_ * Cfg::BM;                    \
     sa[0] = sf_[r];                                                                             \
     sa[1] = sf_[r + 8];                                                                         \
     sb[0] = __ldg(sfb[0][0] + kb_);                                                             \
@@ -435,8 +481,8 @@ MM_DEVICE bool mm_gemm_consume_tile_noscale(const mm_gemm_smem& sm, mm_gemm_pipe
       for (int wn = 0; wn < Cfg::kWN; ++wn)
 #pragma unroll
         for (int k32 = 0; k32 < 4; ++k32) {
-          const uint32_t a_lo = a_lo0 + ((s * Cfg::kStageA + (uint32_t)(row_w + 64 * wm) * 128u + 32u * k32) >> 4);
-          const uint32_t b_lo = b_lo0 + ((s * Cfg::kStageB + (uint32_t)(col_w + 128 * wn) * 128u + 32u * k32) >> 4);
+          const uint32_t a_lo = a_lo0 + ((s * Cfg::kStrideA + (uint32_t)(row_w + 64 * wm) * 128u + 32u * k32) >> 4);
+          const uint32_t b_lo = b_lo0 + ((s * Cfg::kStrideB + (uint32_t)(col_w + 128 * wn) * 128u + 32u * k32) >> 4);
           mm_wgmma_m64n128k32_e4m3(acc[wm * Cfg::kWN + wn], mm_wgmma_desc(a_lo), mm_wgmma_desc(b_lo), 1u);
         }
     mm_wgmma_commit();

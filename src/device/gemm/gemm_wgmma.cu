@@ -276,8 +276,13 @@ extern "C" megamoe_status mm_gemm_tile_check(mm_gemm_tile tile, int32_t out_kind
  * one-wave 128x128 for G = 64. */
 extern "C" mm_gemm_tile mm_gemm_pick_tile(const mm_gemm_problem* p, int64_t rows_per_expert) {
   if (rows_per_expert <= 0) rows_per_expert = p->num_experts > 0 ? (int64_t)p->rows_cap / p->num_experts : 0;
-  if (p->out_kind == MM_GEMM_OUT_SWIGLU_FP8)
-    return p->swiglu.group == 128 || rows_per_expert <= 128 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
+  if (p->out_kind == MM_GEMM_OUT_SWIGLU_FP8) {
+    if (p->swiglu.group != 128) return rows_per_expert <= 128 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
+    /* 65-128 rows per expert: one 128-row m-block reads the expert's weights
+     * once (two 64-row blocks read them twice: the split arm's L1 GEMM at
+     * 512 tokens per rank streamed ~1 GB for 537 MB of weights). */
+    return rows_per_expert > 64 && rows_per_expert <= 128 ? MM_GEMM_TILE_128x256 : MM_GEMM_TILE_64x256;
+  }
   if (rows_per_expert <= 128) return p->n % 256 == 0 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
   return MM_GEMM_TILE_256x128;
 }
@@ -323,6 +328,23 @@ extern "C" megamoe_status mm_gemm_plan_make(const mm_gemm_problem* p, mm_gemm_ti
   const int64_t max_tiles = ((int64_t)p->rows_cap / t->bm + p->num_experts) * (p->n / t->bn);
   plan->grid = (int)(max_tiles < sms ? max_tiles : sms);
   return MEGAMOE_OK;
+}
+
+extern "C" megamoe_status mm_gemm_plan_a_boxes(mm_gemm_plan* plan, int box_rows) {
+  MM_CHECK_NULL(plan, "gemm plan");
+  const tile_desc* t = tile_of(plan->tile);
+  if (!t) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm plan: tile %d (not made by mm_gemm_plan_make)", (int)plan->tile);
+  if (box_rows <= 0 || box_rows % 8)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm plan: A box of %d rows for tile %s", box_rows, t->name);
+  if (t->bm <= box_rows) return MEGAMOE_OK; /* one box already */
+  if (t->bm % box_rows)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm plan: A box of %d rows does not divide tile %s", box_rows, t->name);
+  const mm_gemm_problem* p = &plan->problem;
+  MM_TRY(make_map_2d(plan->maps[0], "A", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->a, (uint64_t)p->k, (uint64_t)p->rows_cap,
+                     (uint64_t)p->k, MM_GEMM_BLOCK_K, (uint32_t)box_rows, CU_TENSOR_MAP_SWIZZLE_128B));
+  return make_map_2d(plan->maps[2], "A_sf", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p->a_sf, (uint64_t)p->rows_cap,
+                     (uint64_t)(p->k / p->a_sf_block), (uint64_t)p->rows_cap * 4u, (uint32_t)box_rows, 1,
+                     CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 extern "C" megamoe_status mm_gemm_plan_launch(const mm_gemm_plan* plan, cudaStream_t stream) {

@@ -142,11 +142,15 @@ MM_DEVICE void mm_route_publish_expert(const mm_layer_view& L, const mm_forward_
  * rows start at pool_offset[le] (a multiple of MM_POOL_ROW_ALIGN), sources in
  * rank order inside it (pool_src_start), and the per-(source, expert) entry
  * bases (route_base). After an error of this forward, an empty pool. A pool
- * that does not fit L.pool_rows (config pool_imbalance) records
- * MEGAMOE_ERR_TOO_MANY_TOKENS naming the first expert that does not fit and
- * leaves an empty pool: nothing is written past it. Each thread takes a
- * contiguous chunk of experts. scratch: 32 ints. */
-MM_DEVICE void mm_pool_layout_cta(const mm_layer_view& L, int* scratch) {
+ * that does not fit `capacity` rows records MEGAMOE_ERR_TOO_MANY_TOKENS at
+ * `site` and leaves an empty pool: nothing is written past it. Site
+ * MM_SITE_POOL (the staged and split arms' pool, capacity L.pool_rows, config
+ * pool_imbalance): detail the first expert that does not fit, seen / want
+ * the rows. Site MM_SITE_RING (the fused arm, whose pool is virtual: capacity
+ * the ring in the single-wave order, the per-block counters in the lag
+ * order): seen / want in 128-row blocks. Each thread takes a contiguous
+ * chunk of experts. scratch: 32 ints. */
+MM_DEVICE void mm_pool_layout_cta_cap(const mm_layer_view& L, int* scratch, int capacity, int site) {
   mm_device_status* st = mm_status(L);
   const bool failed = mm_failed(st);
   const int El = L.local_experts, R = L.num_ranks;
@@ -168,15 +172,20 @@ MM_DEVICE void mm_pool_layout_cta(const mm_layer_view& L, int* scratch) {
   }
   int total;
   int offset = mm_block_exclusive_scan(padded_sum, scratch, &total);
-  const bool overflow = total > L.pool_rows;
+  const bool overflow = total > capacity;
   for (int64_t le = lo; le < hi; ++le) {
     int rows = 0;
     if (!failed)
       for (int s = 0; s < R; ++s) rows += route_counts[s * El + le];
     const int padded = (rows + MM_POOL_ROW_ALIGN - 1) / MM_POOL_ROW_ALIGN * MM_POOL_ROW_ALIGN;
-    if (overflow && offset <= L.pool_rows && offset + padded > L.pool_rows)
-      mm_record_error(st, MEGAMOE_ERR_TOO_MANY_TOKENS, MM_SITE_POOL, -1, L.rank * El + (int)le, (uint64_t)total,
-                      (uint64_t)L.pool_rows);
+    if (overflow && offset <= capacity && offset + padded > capacity) {
+      if (site == MM_SITE_POOL)
+        mm_record_error(st, MEGAMOE_ERR_TOO_MANY_TOKENS, site, -1, L.rank * El + (int)le, (uint64_t)total,
+                        (uint64_t)capacity);
+      else
+        mm_record_error(st, MEGAMOE_ERR_TOO_MANY_TOKENS, site, -1, L.rank * El + (int)le,
+                        (uint64_t)(total / MM_POOL_ROW_ALIGN), (uint64_t)(capacity / MM_POOL_ROW_ALIGN));
+    }
     pool_offset[le] = overflow ? 0 : offset;
     pool_count[le] = overflow ? 0 : rows;
     int start = offset;
@@ -200,11 +209,20 @@ MM_DEVICE void mm_pool_layout_cta(const mm_layer_view& L, int* scratch) {
   }
 }
 
+/* The staged and split arms' pool layout: capacity L.pool_rows. */
+MM_DEVICE void mm_pool_layout_cta(const mm_layer_view& L, int* scratch) {
+  mm_pool_layout_cta_cap(L, scratch, L.pool_rows, MM_SITE_POOL);
+}
+
 /* Pool row r, the j-th valid row of local expert le (j < pool_count[le]), by
  * one warp: finds its source and entry, copies the token's x row (over
- * NVLink for a peer) and scales into the pool, and writes the row's metadata
- * and routing weight. */
-MM_DEVICE void mm_pull_row(const mm_layer_view& L, int r, int le) {
+ * NVLink for a peer) and scales into row dst of the pool regions (pool_x,
+ * pool_x_sf with row stride sf_stride, pool_rows, pool_weight), and writes
+ * the row's metadata and routing weight there. The staged and split arms
+ * store row r at r (stride L.pool_rows); the fused arm at its ring row
+ * (stride: the ring's rows), r staying the virtual row that names the
+ * entry. */
+MM_DEVICE void mm_pull_row_to(const mm_layer_view& L, int r, int le, int64_t dst, int64_t sf_stride) {
   const int El = L.local_experts, R = L.num_ranks, H = L.hidden, K = L.top_k;
   const int lane = threadIdx.x & 31;
   const int32_t* route_base = mm_ws<int32_t>(L, MM_WS_ROUTE_BASE);
@@ -218,14 +236,16 @@ MM_DEVICE void mm_pull_row(const mm_layer_view& L, int r, int le) {
   const int sf_cols = H / MM_SCALE_BLOCK;
   const uint8_t* x_src = mm_sym<uint8_t>(L, src, MM_SYM_INPUT_X) + (int64_t)t * H;
   const float* sf_src = mm_sym<float>(L, src, MM_SYM_INPUT_X_SF) + (int64_t)t * sf_cols;
-  mm_warp_copy16(mm_ws<uint8_t>(L, MM_WS_POOL_X) + (int64_t)r * H, x_src, H);
+  mm_warp_copy16(mm_ws<uint8_t>(L, MM_WS_POOL_X) + dst * H, x_src, H);
   float* pool_x_sf = mm_ws<float>(L, MM_WS_POOL_X_SF);
-  for (int i = lane; i < sf_cols; i += 32) pool_x_sf[(int64_t)i * L.pool_rows + r] = sf_src[i];
+  for (int i = lane; i < sf_cols; i += 32) pool_x_sf[(int64_t)i * sf_stride + dst] = sf_src[i];
   if (lane == 0) {
-    mm_ws<mm_pool_row>(L, MM_WS_POOL_ROWS)[r] = mm_pool_row{src, entry.token_slot};
-    mm_ws<float>(L, MM_WS_POOL_WEIGHT)[r] = entry.weight;
+    mm_ws<mm_pool_row>(L, MM_WS_POOL_ROWS)[dst] = mm_pool_row{src, entry.token_slot};
+    mm_ws<float>(L, MM_WS_POOL_WEIGHT)[dst] = entry.weight;
   }
 }
+
+MM_DEVICE void mm_pull_row(const mm_layer_view& L, int r, int le) { mm_pull_row_to(L, r, le, r, L.pool_rows); }
 
 /* The local expert whose pool range holds row r (pool_offset: E_l + 1
  * ascending offsets, in shared or global memory). */

@@ -35,6 +35,12 @@ struct mm_gemm_tile_info {
   int32_t n0;       /* first column */
   int32_t expert_a_row0; /* the expert's first A row (a multiple of MM_READY_BLOCK_ROWS) */
   int32_t expert_rows;   /* the expert's valid rows (for the rows-ready targets) */
+  /* Tiles whose A is loaded in two boxes (Cfg::kABoxRows < BM, the fused
+   * arm's 256-row tiles): the first A row and output row of the second box
+   * (tile rows kABoxRows ..). Not set by this scheduler (its tiles load A in
+   * one box). */
+  int32_t a_row1;
+  int32_t out_row1;
 };
 
 struct mm_sched_grouped {
@@ -118,6 +124,16 @@ struct mm_sched_grouped {
   MM_DEVICE bool next(iter& it, mm_gemm_tile_info& ti) const {
     it.t += (int)gridDim.x;
     if (it.t >= total()) return false;
+    seek<Cfg>(it, it.t, ti);
+    return true;
+  }
+
+  /* Decodes tile t (0 <= t < total()) into ti; the tiles one iterator is
+   * moved to must only grow (the cursor over the experts only moves on):
+   * the static order above, or the tiles a CTA claims from a counter. */
+  template <class Cfg>
+  MM_DEVICE void seek(iter& it, int t, mm_gemm_tile_info& ti) const {
+    it.t = t;
     while (it.t >= tile_start[it.cursor + 1]) ++it.cursor;
     const int e = it.cursor;
     const int local = it.t - tile_start[e];
@@ -136,7 +152,6 @@ struct mm_sched_grouped {
     ti.n0 = n_t * Cfg::BN;
     ti.expert_a_row0 = a_off[e];
     ti.expert_rows = v;
-    return true;
   }
 };
 

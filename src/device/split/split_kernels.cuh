@@ -8,82 +8,33 @@
 #include "comm/forward.cuh"
 #include "comm/grid.cuh"
 #include "comm/wait.cuh"
+#include "gemm/gemm_dynamic.cuh"
 #include "gemm/gemm_kernel.cuh"
 #include "route/route.cuh"
+#include "route/route_phases.cuh"
 #include "split/split.h"
+#include "timeline.cuh"
 #include "view.cuh"
 
 /* Warps of the producer warpgroup that pull rows (warp 8 issues the TMA loads). */
 #define MM_SPLIT_PULL_WARP0 MM_GEMM_AUX_WARP0
 #define MM_SPLIT_PULL_WARPS 3
-/* Registers of every warp once the roles are done (the tail the whole CTA
- * runs): the launch's 168, so the math warpgroups' decrease frees exactly
- * what the producer warpgroup's increase takes. */
-#define MM_SPLIT_TAIL_REGS 168
 
-/* The grid barriers wait twice the layer's deadline: CTA 0 may spend a whole
- * deadline in an all-rank barrier while the other CTAs wait for it, and the
- * peer that did not arrive (not the grid barrier) must be what is recorded. */
-/* Diagnostic timeline (contract.h, mm_timeline_event): one thread's stamp,
- * or the latest of several (pull warps). No-ops when the layer has none. */
-MM_DEVICE uint64_t* mm_tl_slot(const mm_layer_view& L, int event) {
-  return L.timeline && blockIdx.x < MM_TL_MAX_CTAS ? L.timeline + (size_t)blockIdx.x * MM_TL_EVENTS + event : nullptr;
-}
-MM_DEVICE void mm_tl_stamp(const mm_layer_view& L, int event) {
-  uint64_t* s = mm_tl_slot(L, event);
-  if (s) *s = mm_globaltimer_ns();
-}
-MM_DEVICE void mm_tl_stamp_latest(const mm_layer_view& L, int event) {
-  uint64_t* s = mm_tl_slot(L, event);
-  if (s) atomicMax(reinterpret_cast<unsigned long long*>(s), (unsigned long long)mm_globaltimer_ns());
-}
-
-MM_DEVICE mm_wait_ctx mm_split_grid_ctx(const mm_layer_view& L) {
-  mm_wait_ctx c;
-  c.status = mm_status(L);
-  c.timeout_ns = 2 * L.timeout_ns;
-  c.site = MM_SITE_GRID_BARRIER;
-  c.abort_flag = nullptr;
-  return c;
-}
-
-/* Phases A-C of kernel 1: routing published, the all-rank barrier, the pool
- * layout, each phase closed by a grid barrier. False when a grid barrier
- * gave up (deadline): the caller leaves. scratch: >= 33 ints of shared memory. */
+/* Phases A-C of kernel 1 (route/route_phases.cuh): the split arm zeroes
+ * its rows-ready counters in phase A and lays the pool out in L.pool_rows. */
 MM_DEVICE bool mm_split_route(const mm_layer_view& L, const mm_forward_view& F, int* scratch) {
-  mm_device_status* st = mm_status(L);
-  mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
-  const mm_wait_ctx gctx = mm_split_grid_ctx(L);
-  const int nthreads = blockDim.x;
-  /* A: start (one thread, before anything reads the record: the others read
-   * it only after the first grid barrier), validation, counts, counters. */
-  if (blockIdx.x == 0 && threadIdx.x == 0) mm_forward_start(st, F.injected_error);
-  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_K1_START);
-  const int64_t slots = (int64_t)F.num_tokens * L.top_k;
-  for (int64_t i = (int64_t)blockIdx.x * nthreads + threadIdx.x; i < slots; i += (int64_t)gridDim.x * nthreads)
-    mm_route_validate(L, F, i, i + 1);
-  for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_count_expert(L, F, e, scratch);
-  int32_t* ready = mm_ws<int32_t>(L, MM_WS_READY);
-  for (int i = blockIdx.x * nthreads + threadIdx.x; i < L.pool_rows / MM_READY_BLOCK_ROWS; i += gridDim.x * nthreads)
-    ready[i] = 0;
-  if (!mm_grid_barrier(gb, gctx)) return false;
-  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_COUNTED);
-  /* B: publish (every CTA sees the same `failed`: the errors of phase A
-   * precede the grid barrier). */
-  const bool failed = mm_failed(st);
-  for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_publish_expert(L, F, e, failed, scratch);
-  if (!mm_grid_barrier(gb, gctx)) return false;
-  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_PUBLISHED);
-  /* C: the routing of every rank is published here once barrier 0 passes. */
-  if (blockIdx.x == 0) {
-    if (threadIdx.x < 32)
-      mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 0), MM_SITE_BARRIER_DISPATCH);
-    __syncthreads();
-    mm_pool_layout_cta(L, scratch);
-  }
-  if (!mm_grid_barrier(gb, gctx)) return false;
-  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_LAID_OUT);
-  return true;
+  mm_route_hooks h;
+  h.clear = mm_ws<int32_t>(L, MM_WS_READY);
+  h.clear_count = L.pool_rows / MM_READY_BLOCK_ROWS;
+  h.capacity = L.pool_rows;
+  h.capacity_site = MM_SITE_POOL;
+  h.has_call = 0;
+  h.call = mm_call_tokens{0, 0};
+  /* Both GEMMs' tile counters, zeroed in phase A (before its grid
+   * barrier): the L1 GEMM claims after the third grid barrier, the L2 GEMM
+   * in kernel 2. */
+  if (blockIdx.x == 0 && threadIdx.x < MM_TILE_COUNTERS) mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS)[threadIdx.x] = 0;
+  return mm_route_phases(L, F, h, scratch);
 }
 
 /* Kernel 1: routing, then the L1 GEMM while the pull runs (split.h). */
@@ -101,6 +52,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
 
   mm_sched_grouped sched;
   mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, nullptr);
+  int32_t* tile_counter = mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) + 0;
 
   if (warp >= 8) {
     /* setmaxnreg moves registers inside the CTA's pool (168 x 384 at launch):
@@ -109,7 +61,8 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
     if (warp == 8) {
       if (lane == 0) {
-        mm_gemm_producer_loop<Cfg>(sm, sched, &tm_a, &tm_b, &tm_sfa, p, mm_tl_slot(L, MM_TL_L1_FIRST_TILE));
+        mm_gemm_producer_loop_dynamic<Cfg>(sm, sched, tile_counter, &tm_a, &tm_b, &tm_sfa, p,
+                                           mm_tl_slot(L, MM_TL_L1_FIRST_TILE));
         mm_tl_stamp(L, MM_TL_L1_LAST_ISSUED);
       }
     } else if (!mm_failed(mm_status(L))) {
@@ -136,7 +89,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
     const int wg = warp >> 2;
-    mm_gemm_math_loop<Cfg>(
+    mm_gemm_math_loop_dynamic<Cfg>(
         sm, sched, p, wg,
         [&](const mm_gemm_tile_info& ti, float (&acc)[Cfg::kWaves][64], bool) {
           mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc);
@@ -162,37 +115,40 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   if (tid == 0) mm_tl_stamp(L, MM_TL_K2_START);
 
   mm_sched_grouped sched;
-  mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, nullptr);
+  /* The claimed tile ids are read by the 8 math warps and the 3 copy warps. */
+  mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, nullptr, 8 + MM_GEMM_COPY_THREADS / 32);
+  int32_t* tile_counter = mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) + 1;
 
   if (warp >= 8) {
     /* Warp 8 loads the tiles; warps 9-11 copy each finished tile's rows to
      * their destinations (gemm_epilogue.cuh, mm_gemm_copy_loop). */
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
     if (warp == 8) {
-      if (lane == 0) mm_gemm_producer_loop<Cfg>(sm, sched, &tm_a, &tm_b, &tm_sfa, p);
+      if (lane == 0) mm_gemm_producer_loop_dynamic<Cfg>(sm, sched, tile_counter, &tm_a, &tm_b, &tm_sfa, p);
     } else {
-      mm_gemm_copy_loop<Cfg>(sm, sched, p, tid - 32 * MM_GEMM_AUX_WARP0);
+      mm_gemm_copy_next_dynamic<Cfg, mm_sched_grouped> next_tile(sm, sched, p);
+      mm_gemm_copy_loop<Cfg>(sm, p, tid - 32 * MM_GEMM_AUX_WARP0, next_tile);
     }
-    mm_setmaxnreg_inc<MM_SPLIT_TAIL_REGS>();
+    mm_setmaxnreg_inc<MM_GEMM_TAIL_REGS>();
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
     const int wg = warp >> 2;
     int tile_index = 0;
-    mm_gemm_math_loop<Cfg>(
+    mm_gemm_math_loop_dynamic<Cfg>(
         sm, sched, p, wg,
         [&](const mm_gemm_tile_info&, float (&acc)[Cfg::kWaves][64], bool) {
           mm_gemm_epilogue_stage_for_copy<Cfg>(sm, p, tile_index++, wg, acc);
         },
         []() {});
     if (tid == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
-    mm_setmaxnreg_dec<MM_SPLIT_TAIL_REGS>();
+    mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
   }
 
   /* Every thread's combine stores (to peers over NVLink) before the grid
    * barrier; CTA 0's release of barrier 1 is then cumulative over them. */
   __threadfence_system();
   mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
-  const mm_wait_ctx gctx = mm_split_grid_ctx(L);
+  const mm_wait_ctx gctx = mm_persistent_grid_ctx(L);
   bool ok = mm_grid_barrier(gb, gctx);
   if (tid == 0) mm_tl_stamp(L, MM_TL_PUSHED);
   if (ok && blockIdx.x == 0) {

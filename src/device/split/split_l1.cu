@@ -1,5 +1,6 @@
 /* Kernel 1 of the split arm (split.h): its instantiations and launch. The L1
- * GEMM's tiles: 64x256 (SwiGLU G = 128, and decode sizes), 128x128 (G = 64). */
+ * GEMM's tiles: 128x256 (SwiGLU G = 128 at decode sizes), 64x256 (G = 128,
+ * large), 128x128 (G = 64). */
 #include "split/split_kernels.cuh"
 #include "split/split_launch.cuh"
 
@@ -8,6 +9,8 @@ static const void* mm_split_l1_kernel_for(mm_gemm_tile tile, int a_sf_block) {
   switch (tile) {
     case MM_GEMM_TILE_64x256:
       return reinterpret_cast<const void*>(&mm_split_l1_kernel<mm_gemm_cfg<64, 256, true, true, 1, false>>);
+    case MM_GEMM_TILE_128x256:
+      return reinterpret_cast<const void*>(&mm_split_l1_kernel<mm_gemm_cfg<128, 256, false, false, 1, false>>);
     case MM_GEMM_TILE_128x128:
       return reinterpret_cast<const void*>(&mm_split_l1_kernel<mm_gemm_cfg<128, 128, false, true, 1, false>>);
     default: return nullptr;

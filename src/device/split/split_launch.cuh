@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "gemm/gemm.h"
+#include "launch.cuh"
 #include "split/split.h"
 
 extern "C" {
@@ -34,17 +35,7 @@ static inline megamoe_status mm_split_launch(const void* fn, const char* what, c
   mm_forward_view fwd = *F;
   void* args[7] = {(void*)plan->maps[0], (void*)plan->maps[1], (void*)plan->maps[2], (void*)&problem, (void*)&layout,
                    (void*)&view, (void*)&fwd};
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)L->num_sms);
-  cfg.blockDim = dim3(MM_GEMM_THREADS);
-  cfg.dynamicSmemBytes = layout.bytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelExC(&cfg, fn, args);
+  const cudaError_t err = mm_launch_cooperative(fn, args, L->num_sms, layout.bytes, stream);
   if (err != cudaSuccess)
     return mm_fail(MEGAMOE_ERR_CUDA, "split arm: %s launch (tile %s, %d CTAs, %u B smem): %s", what,
                    mm_gemm_tile_name(plan->tile), L->num_sms, layout.bytes, cudaGetErrorString(err));

@@ -1,0 +1,15 @@
+/* The fused kernel at G = 64 (fused_instances.cuh): L1 128x128 with L2
+ * 256x128 (large), L1 64x256 with the decode L2 tiles; A scales of L2 per
+ * 64 columns. */
+#include "fused/fused_instances.cuh"
+
+mm_fused_kernel_ref mm_fused_lookup_g64(mm_gemm_tile l1, mm_gemm_tile l2, int experts) {
+  mm_fused_kernel_ref none = {nullptr, {}};
+  if (l1 == MM_GEMM_TILE_128x128 && l2 == MM_GEMM_TILE_256x128)
+    return mm_fused_kernel_get<mm_fused_l1_128x128, mm_fused_l2_256x128<2>>(experts);
+  if (l1 == MM_GEMM_TILE_64x256 && l2 == MM_GEMM_TILE_64x256)
+    return mm_fused_kernel_get<mm_fused_l1_64x256, mm_fused_l2_64x256<2>>(experts);
+  if (l1 == MM_GEMM_TILE_64x256 && l2 == MM_GEMM_TILE_128x128)
+    return mm_fused_kernel_get<mm_fused_l1_64x256, mm_fused_l2_128x128<2>>(experts);
+  return none;
+}

@@ -1,0 +1,522 @@
+/* The fused arm's kernel (fused_arm.h; docs/FUSED.md): one cooperative
+ * launch per forward, one CTA per SM, 384 threads.
+ *
+ *   A-C  routing, all-rank barrier 0, the num_tokens_bound verdict and the
+ *        pool layout in virtual rows (route/route_phases.cuh); phase A clears
+ *        the per-block counter bank the NEXT forward uses
+ *   D    each CTA builds the task stream (fused_stream.cuh), then the roles
+ *        replay its tasks t = blockIdx.x, + gridDim.x, ... in stream order:
+ *          warp 8 lane 0  producer: the counter wait of the task's blocks
+ *                         (PULLED for an L1 tile, L1_DONE for an L2 tile),
+ *                         then the TMA loads (A per 128-row block at its
+ *                         ring row)
+ *          warps 0-7      math: L1 tile -> SwiGLU + per-G fp8 into the ring,
+ *                         L1_DONE += rows; L2 tile -> bf16 staged for the
+ *                         copy warps
+ *          warps 9-10     copy (MM_FUSED_COPY_WARPS): each staged L2 tile's
+ *                         rows to their source rank's combine rows,
+ *                         L2_DONE += rows
+ *          warp 11        pull: virtual rows in pool order over every pull
+ *                         warp of the grid; the slot guard, the row,
+ *                         PULLED += 1
+ *   E    grid barrier, all-rank barrier 1 (CTA 0), grid barrier, the
+ *        reduction in slot order, the end of the forward.
+ *
+ * Counters (fused.h): three int32 per virtual block in the bank of this
+ * forward's parity, each counting rows; every wait on them is an acquire
+ * with the layer's deadline, every increment a release after the data it
+ * publishes (docs/FUSED.md section 5 has the recipes).
+ *
+ * One shared-memory pipeline serves both GEMMs: a stage holds the larger of
+ * the two tiles' A + B images (mm_fused_tiles), and each role carries a view
+ * of the pipeline per GEMM (the B operand sits right after that tile's A in
+ * the stage). Producer and math warps walk the same tasks, so the stages'
+ * (stage, phase) stay matched across the two shapes. */
+#ifndef MEGAMOE_FUSED_KERNEL_CUH
+#define MEGAMOE_FUSED_KERNEL_CUH
+
+#include <cuda.h>
+
+#include "comm/barrier.cuh"
+#include "comm/forward.cuh"
+#include "comm/grid.cuh"
+#include "comm/wait.cuh"
+#include "fused.h"
+#include "fused/fused_stream.cuh"
+#include "gemm/gemm_cfg.cuh"
+#include "gemm/gemm_epilogue.cuh"
+#include "gemm/gemm_mainloop.cuh"
+#include "ptx/sync.cuh"
+#include "ptx/tma.cuh"
+#include "route/route.cuh"
+#include "route/route_phases.cuh"
+#include "timeline.cuh"
+#include "view.cuh"
+
+/* Warps of the producer warpgroup (warp 8 issues the TMA loads): copy warps,
+ * then pull warps (docs/FUSED.md section 10: the split is a knob). */
+#define MM_FUSED_PRODUCER_WARP 8
+#define MM_FUSED_COPY_WARP0 9
+#ifndef MM_FUSED_COPY_WARPS
+#define MM_FUSED_COPY_WARPS 2 /* 1 measured 3-10 % slower on one H200 (docs/PERF.md, fused arm v1) */
+#endif
+#define MM_FUSED_PULL_WARP0 (MM_FUSED_COPY_WARP0 + MM_FUSED_COPY_WARPS)
+#define MM_FUSED_PULL_WARPS (MM_GEMM_THREADS / 32 - MM_FUSED_PULL_WARP0)
+#define MM_FUSED_COPY_THREADS (32 * MM_FUSED_COPY_WARPS)
+static_assert(MM_FUSED_COPY_WARPS >= 1 && MM_FUSED_PULL_WARPS >= 1, "the producer warpgroup holds both roles");
+/* Warps that read each task of the ring (the math warps and the copy warps). */
+#define MM_FUSED_TASK_READERS (8 + MM_FUSED_COPY_WARPS)
+/* Named barrier where the producer warpgroup waits, without spinning, for
+ * the math warpgroups to give back their registers (below). */
+#define MM_FUSED_BAR_REGS 5
+
+/* A tile shape of the fused kernel: the engine's config with one stage size
+ * for both shapes (kStage bytes, A at the stage's start, B right after the
+ * tile's A) and the A scales at a stride of the larger tile's, and A loaded
+ * per 128-row ring block (gemm_cfg.cuh). */
+template <class Base, uint32_t kStage, uint32_t kStageSFMax>
+struct mm_fused_tile : Base {
+  static constexpr uint32_t kStrideA = kStage;
+  static constexpr uint32_t kStrideB = kStage;
+  static constexpr uint32_t kStrideSF = kStageSFMax;
+  static constexpr int kABoxRows = Base::BM < MM_FUSED_BLOCK_ROWS ? Base::BM : MM_FUSED_BLOCK_ROWS;
+  static_assert(Base::kStageA + Base::kStageB <= kStage && Base::kStageSF <= kStageSFMax, "the stage holds the tile");
+  static_assert(kStage % 1024 == 0 && kStageSFMax % 128 == 0, "stage alignment (swizzle, TMA)");
+};
+
+/* The two tiles of one kernel: L1 (C1, SwiGLU epilogue) and L2 (C2, staged
+ * for the copy warps). */
+template <class C1, class C2>
+struct mm_fused_tiles {
+  static constexpr uint32_t kAB1 = C1::kStageA + C1::kStageB, kAB2 = C2::kStageA + C2::kStageB;
+  static constexpr uint32_t kStage = kAB1 > kAB2 ? kAB1 : kAB2;
+  static constexpr uint32_t kStageSF = C1::kStageSF > C2::kStageSF ? C1::kStageSF : C2::kStageSF;
+  static constexpr uint32_t kBM = C1::BM > C2::BM ? C1::BM : C2::BM;
+  using T1 = mm_fused_tile<C1, kStage, kStageSF>;
+  using T2 = mm_fused_tile<C2, kStage, kStageSF>;
+  static_assert(!C1::kStaging && C2::kStaging, "L1 stores directly, L2 stages for the copy warps");
+  static_assert(C1::BM <= MM_FUSED_BLOCK_ROWS, "an L1 tile sits inside one ring block");
+  static_assert(C2::BM <= 2 * MM_FUSED_BLOCK_ROWS, "an L2 tile covers at most two ring blocks");
+};
+
+/* The kernel's shared memory: the engine's layout (gemm_cfg.cuh) with one
+ * stage of kStage bytes (stage_b = 0: B lives inside the stage), the L2
+ * tile's staging area, the xwg area of the L1 epilogue's amax exchange, and
+ * in the scheduler area the copy warps' row destinations (C2::BM pointers:
+ * not the xwg area, which the L1 epilogue uses at the same time) and the
+ * stream (fused_stream.cuh). */
+template <class C1, class C2>
+static inline __host__ __device__ mm_gemm_layout mm_fused_layout(int experts) {
+  using P = mm_fused_tiles<C1, C2>;
+  const uint32_t extra = (uint32_t)C2::BM * 8u + mm_fused_stream_smem_bytes(experts);
+  return mm_gemm_layout_make(P::kStage, 0, P::kStageSF, C2::kStagingBytes, P::kBM, extra, MM_GEMM_MAX_STAGES);
+}
+
+/* What the producer warpgroup's roles share, in static shared memory
+ * (written by thread 0 before the roles start). They run under
+ * MM_GEMM_PRODUCER_REGS registers after setmaxnreg.dec: every value live
+ * across that instruction must fit them, so they take their context from
+ * here after it (mm_fused_role_ctx) instead of from registers. (The math
+ * warpgroups only gain registers: they keep theirs.) */
+struct mm_fused_cta {
+  mm_gemm_smem sm;           /* the pipeline (each GEMM sees it through mm_fused_view_l1 / _l2) */
+  mm_fused_task ring[MM_GEMM_TILE_RING]; /* the producer's decoded tasks for the math and copy warps (below) */
+  const mm_fused_stream* s;  /* the stream (fused_stream.cuh) */
+  int32_t* pulled;           /* this forward's counter bank, per virtual block */
+  int32_t* l1_done;
+  int32_t* l2_done;
+};
+
+/* Keeps the compiler from moving shared-memory reads of the context above
+ * the register reconfiguration (or from keeping copies in registers across
+ * it). */
+MM_DEVICE void mm_fused_role_ctx() { asm volatile("" ::: "memory"); }
+
+/* The pipeline seen by each GEMM: B right after the tile's A in a stage; the
+ * L2 view's xwg area holds the copy warps' row destinations (the scheduler
+ * area's first C2::BM pointers), the L1 view's is the SwiGLU epilogue's
+ * amax exchange. */
+template <class T1>
+MM_DEVICE mm_gemm_smem mm_fused_view_l1(const mm_gemm_smem& sm) {
+  mm_gemm_smem v = sm;
+  v.b = sm.a + T1::kStageA;
+  return v;
+}
+template <class T2>
+MM_DEVICE mm_gemm_smem mm_fused_view_l2(const mm_gemm_smem& sm) {
+  mm_gemm_smem v = sm;
+  v.b = sm.a + T2::kStageA;
+  v.xwg = reinterpret_cast<float*>(sm.sched);
+  return v;
+}
+
+/* ---- The task ring ----------------------------------------------------------
+ * The producer thread decodes each of the CTA's tasks once (mm_fused_task_at:
+ * binary searches and 64-bit divisions, microseconds per task in 40
+ * registers) and hands it to the math and copy warps through
+ * MM_GEMM_TILE_RING entries of shared memory, with the engine's tile-id
+ * barriers (gemm_cfg.cuh): the producer waits tile_empty[s], writes the
+ * entry, arrives tile_full[s] (release); every reading warp waits
+ * tile_full[s] (acquire), reads, and its lane 0 arrives tile_empty[s]. The
+ * math warps thus start each tile's mainloop without decoding anything. A
+ * task with gemm = -1 ends the sequence. */
+MM_DEVICE bool mm_fused_publish_task(mm_fused_cta& c, const mm_gemm_problem& p, uint32_t j, const mm_fused_task& t) {
+  const uint32_t s = j % MM_GEMM_TILE_RING, parity = (j / MM_GEMM_TILE_RING) & 1u;
+  if (!mm_gemm_wait(c.sm, c.sm.tile_empty + 8 * s, parity ^ 1u, p)) return false;
+  c.ring[s] = t;
+  mm_mbar_arrive(c.sm.tile_full + 8 * s);
+  return true;
+}
+
+/* Every thread of a reading warp: the j-th task into *t. False when the wait
+ * gave up (t->gemm = -1 then). */
+MM_DEVICE bool mm_fused_read_task(const mm_fused_cta& c, const mm_gemm_problem& p, uint32_t j, mm_fused_task* t) {
+  const uint32_t s = j % MM_GEMM_TILE_RING, parity = (j / MM_GEMM_TILE_RING) & 1u;
+  const bool ok = mm_gemm_wait(c.sm, c.sm.tile_full + 8 * s, parity, p);
+  if (ok) *t = c.ring[s];
+  else t->gemm = -1;
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mm_mbar_arrive(c.sm.tile_empty + 8 * s);
+  return ok;
+}
+
+/* ---- Producer (warp 8, lane 0) ------------------------------------------- */
+
+/* Waits until counter[b] of the task's blocks reaches its target (the first
+ * block, and the next when the tile reaches it), then orders the blocks'
+ * generic-proxy writes before this thread's TMA loads. */
+MM_DEVICE bool mm_fused_wait_blocks(const mm_gemm_smem& sm, const mm_gemm_problem& p, const mm_fused_stream* s,
+                                    const int32_t* counter, int kind, const mm_fused_task& t) {
+  const int64_t last = t.block0 + (mm_fused_rows_in_block1(t) > 0 ? 1 : 0);
+  for (int64_t b = t.block0; b <= last; ++b)
+    if (!mm_gemm_wait_counter(sm, p, counter + b, (int32_t)mm_fused_counter_target(s, kind, b), (int)b))
+      return false;
+  mm_fence_proxy_async_global();
+  return true;
+}
+
+template <class T1, class T2>
+MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const CUtensorMap* tm_a1, const CUtensorMap* tm_b1,
+                                const CUtensorMap* tm_sf1, const CUtensorMap* tm_a2, const CUtensorMap* tm_b2,
+                                const CUtensorMap* tm_sf2, const mm_gemm_problem& p1, const mm_gemm_problem& p2) {
+  const mm_fused_stream* s = c.s;
+  mm_gemm_pipe pipe = {0u, 0u};
+  uint64_t waited[2] = {0, 0}; /* timeline: ns in the counter waits, per GEMM */
+  bool first[2] = {true, true};
+  uint32_t j = 0;
+  for (int64_t t = blockIdx.x;; t += gridDim.x) {
+    mm_fused_task task;
+    if (t < s->tasks) mm_fused_task_at(s, t, &task);
+    else task.gemm = -1; /* the end of the sequence */
+    if (!mm_fused_publish_task(c, p1, j++, task) || task.gemm < 0) break;
+    const uint64_t t0 = mm_tl_now(L);
+    bool ok;
+    if (task.gemm == 0) {
+      /* The block's rows pulled into its slot. */
+      const mm_gemm_smem sm1 = mm_fused_view_l1<T1>(c.sm);
+      const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
+      ok = mm_fused_wait_blocks(sm1, p1, s, c.pulled, MM_FUSED_PULLED, task);
+      waited[0] += mm_tl_now(L) - t0;
+      ok = ok && mm_gemm_produce_tile_loads<T1>(sm1, pipe, tm_a1, tm_b1, tm_sf1, p1, ti);
+    } else {
+      /* Every L1 tile of the blocks written (their fp8 rows and scales). */
+      const mm_gemm_smem sm2 = mm_fused_view_l2<T2>(c.sm);
+      const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
+      ok = mm_fused_wait_blocks(sm2, p2, s, c.l1_done, MM_FUSED_L1_DONE, task);
+      waited[1] += mm_tl_now(L) - t0;
+      ok = ok && mm_gemm_produce_tile_loads<T2>(sm2, pipe, tm_a2, tm_b2, tm_sf2, p2, ti);
+    }
+    if (!ok) break; /* the abort word is set: the other roles leave too */
+    if (first[task.gemm]) mm_tl_stamp(L, task.gemm == 0 ? MM_TL_L1_FIRST_TILE : MM_TL_K2_START);
+    first[task.gemm] = false;
+    if (task.gemm == 0) mm_tl_stamp(L, MM_TL_L1_LAST_ISSUED);
+  }
+  mm_tl_add(L, MM_TL_WAIT_PULLED, waited[0]);
+  mm_tl_add(L, MM_TL_WAIT_L1_DONE, waited[1]);
+}
+
+/* ---- Math warpgroups (warps 0-7) ------------------------------------------ */
+/* L1_DONE of an L1 tile is published late: after the NEXT tile's mainloop,
+ * when the tile's fp8 stores have long completed, so neither the proxy
+ * fence nor the release stalls the tensor cores. Before an L2 tile's
+ * mainloop it is published first: that tile's producer may be waiting on
+ * this very counter (the single-wave order's first L2 tile depends on the
+ * CTA's own last L1 tiles). Tiles of one L1 unit never wait on each other,
+ * and the lag order keeps an L2 task >= lag units behind. */
+struct mm_fused_l1_pending {
+  int64_t block0; /* -1: nothing pending */
+  int32_t rows;
+};
+
+/* Every math thread: L1_DONE for the pending tile, if any. Its fp8 codes and
+ * scales, then the async-proxy fence (an L2 producer's TMA reads them next),
+ * the math threads' barrier, one release that is cumulative over them. */
+MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, int32_t* l1_done, mm_fused_l1_pending& pend) {
+  if (pend.block0 < 0) return;
+  mm_fence_proxy_async_global();
+  mm_gemm_math_barrier();
+  if (threadIdx.x == 0) {
+    mm_red_release_gpu_add_s32(l1_done + pend.block0, pend.rows);
+    mm_tl_stamp(L, MM_TL_L1_MATH_END);
+  }
+  pend.block0 = -1;
+}
+
+template <class T1, class T2>
+MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_cta& c, const mm_gemm_smem& sm,
+                             const mm_fused_stream* s, int32_t* l1_done, const mm_gemm_problem& p1,
+                             const mm_gemm_problem& p2, int wg) {
+  const mm_gemm_smem sm1 = mm_fused_view_l1<T1>(sm), sm2 = mm_fused_view_l2<T2>(sm);
+  mm_gemm_pipe pipe = {0u, 0u};
+  int l2_tiles = 0; /* the copy hand-off's tile index (gemm_epilogue.cuh) */
+  mm_fused_l1_pending pend = {-1, 0};
+  for (uint32_t j = 0;; ++j) {
+    mm_fused_task task;
+    const bool got = mm_fused_read_task(c, p1, j, &task);
+    /* One decision for the 256 math threads (a wait that gave up in some). */
+    if (!mm_gemm_math_vote_ok(sm1, got)) return;
+    if (task.gemm < 0) break;
+    if (task.gemm == 0) {
+      const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
+      float acc[T1::kWaves][64];
+      const bool mine = mm_gemm_consume_tile<T1>(sm1, pipe, p1, ti, wg, acc);
+      if (!mm_gemm_math_vote_ok(sm1, mine)) return;
+      mm_fused_publish_l1(L, l1_done, pend);
+      mm_gemm_epilogue_swiglu<T1>(sm1, p1, ti, wg, acc);
+      pend.block0 = task.block0;
+      pend.rows = task.rows;
+    } else {
+      mm_fused_publish_l1(L, l1_done, pend);
+      const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
+      float acc[T2::kWaves][64];
+      const bool mine = mm_gemm_consume_tile<T2>(sm2, pipe, p2, ti, wg, acc);
+      if (!mm_gemm_math_vote_ok(sm2, mine)) return;
+      /* False: the hand-off gave up (the abort word is set); the next
+       * tile's vote leaves, the copy warps leave on the abort word. */
+      (void)mm_gemm_epilogue_stage_for_copy<T2>(sm2, p2, l2_tiles++, wg, acc);
+      if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
+    }
+  }
+  mm_fused_publish_l1(L, l1_done, pend);
+}
+
+/* ---- Copy warps (MM_FUSED_COPY_WARP0 on) ----------------------------------------------------- */
+template <class T2>
+MM_DEVICE void mm_fused_copy(const mm_layer_view& L, const mm_fused_cta& c, const mm_gemm_problem& p2, int c_tid) {
+  const int lane = threadIdx.x & 31;
+  const mm_fused_stream* s = c.s;
+  uint32_t j = 0; /* L2 tiles of this CTA so far: the hand-off's index */
+  for (uint32_t k = 0;; ++k) {
+    mm_fused_task task; /* every task of the ring: this warp is one of its readers */
+    if (!mm_fused_read_task(c, p2, k, &task) || task.gemm < 0) break;
+    if (task.gemm == 0) continue;
+    const mm_gemm_smem sm2 = mm_fused_view_l2<T2>(c.sm);
+    const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
+    const int32_t rows1 = mm_fused_rows_in_block1(task);
+    /* The copy reads the blocks' row tables (destinations) before the tile
+     * is staged, to overlap the lookups with its mainloop: unlike the split
+     * arm's kernel 2 it must first acquire the blocks' pulls (the row table's
+     * writers). The tile's L1_DONE wait, which its producer passes before
+     * any load, implies them, so this rarely waits. */
+    int ready = 1;
+    if (lane == 0) {
+      const uint64_t t0 = mm_tl_now(L);
+      mm_wait_ctx ctx;
+      ctx.status = p2.status;
+      ctx.timeout_ns = p2.timeout_ns;
+      ctx.site = MM_SITE_GEMM_ROWS_READY;
+      ctx.abort_flag = sm2.abort;
+      for (int64_t b = task.block0; ready && b <= task.block0 + (rows1 > 0 ? 1 : 0); ++b)
+        ready = mm_wait_counter_geq<false>(c.pulled + b, (int32_t)mm_fused_counter_target(s, MM_FUSED_PULLED, b), ctx,
+                                           (int)b);
+      mm_tl_add(L, MM_TL_WAIT_COPY, mm_tl_now(L) - t0);
+    }
+    __syncwarp(); /* lane 0's acquire before the other lanes' lookups */
+    ready = __shfl_sync(0xffffffffu, ready, 0);
+    if (!mm_gemm_copy_tile<T2, MM_FUSED_COPY_THREADS>(sm2, p2, ti, j++, c_tid, ready != 0)) break;
+    /* Every copy thread's row-table reads and stores precede the copy's
+     * closing barrier: the slot's last readers of this tile are done. */
+    if (c_tid == 0) {
+      mm_red_release_gpu_add_s32(c.l2_done + task.block0, mm_fused_rows_in_block0(task));
+      if (rows1 > 0) mm_red_release_gpu_add_s32(c.l2_done + task.block0 + 1, rows1);
+    }
+  }
+}
+
+/* ---- Pull warps (the producer warpgroup's last) ------------------------------------------------ */
+
+/* Virtual rows gw, gw + nw, ... (pool order over every pull warp of the
+ * grid, so the first blocks complete first). Before the first row of a block
+ * this warp writes, the slot guard: the slot's previous block in this
+ * forward (mm_fused_slot_predecessor) must have finished its L2 tiles
+ * (L2_DONE at its target). Then the row at its ring row, and PULLED += 1
+ * after the row's stores (the async-proxy fence: the L1 producer's TMA reads
+ * them next). 32-bit rows: a forward's virtual rows fit 31 bits (create
+ * checks the worst case at T_max), and so do the ring's. */
+MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, int gw, int nw) {
+  const int lane = threadIdx.x & 31;
+  const mm_fused_stream* s = c.s;
+  const int total = (int)s->blocks * MM_FUSED_BLOCK_ROWS;
+  int guarded = -1; /* the last block whose slot this warp found free */
+  for (int r = gw; r < total; r += nw) {
+    const int b = r / MM_FUSED_BLOCK_ROWS;
+    const int e = mm_fused_find(s->block_start, s->experts, b);
+    if (r - s->block_start[e] * MM_FUSED_BLOCK_ROWS >= s->rows[e]) continue; /* padding: never pulled */
+    if (b != guarded) {
+      const int prev = b - s->order.ring_blocks; /* mm_fused_slot_predecessor */
+      if (prev >= 0) {
+        int slot_free = 1;
+        if (lane == 0) {
+          const uint64_t t0 = mm_tl_now(L);
+          mm_wait_ctx ctx;
+          ctx.status = mm_status(L);
+          ctx.timeout_ns = L.timeout_ns;
+          ctx.site = MM_SITE_RING_SLOT;
+          ctx.abort_flag = c.sm.abort;
+          slot_free = mm_wait_counter_geq<false>(
+              c.l2_done + prev, (int32_t)mm_fused_counter_target(s, MM_FUSED_L2_DONE, prev), ctx, prev);
+          if (!slot_free) *c.sm.abort = 1; /* this CTA's other roles leave too */
+          mm_tl_add(L, MM_TL_WAIT_SLOT, mm_tl_now(L) - t0);
+          /* The slot's earlier readers include TMA (async proxy) loads,
+           * complete before L2_DONE was released; ordered before this
+           * warp's generic stores to the slot (docs/FUSED.md Q4). */
+          mm_fence_proxy_async_global();
+        }
+        __syncwarp(); /* lane 0's acquire before every lane's stores */
+        if (!__shfl_sync(0xffffffffu, slot_free, 0)) break;
+      }
+      guarded = b;
+    }
+    const int ring_rows = s->order.ring_blocks * MM_FUSED_BLOCK_ROWS;
+    mm_pull_row_to(L, r, e, (uint32_t)r % (uint32_t)ring_rows, ring_rows); /* mm_fused_ring_row */
+    /* Every lane's stores before the async proxy (TMA) reads them; the warp
+     * barrier orders them before lane 0's release. */
+    mm_fence_proxy_async_global();
+    __syncwarp();
+    if (lane == 0) mm_red_release_gpu_add_s32(c.pulled + b, 1);
+  }
+  if (lane == 0) mm_tl_stamp_latest(L, MM_TL_PULL_END);
+}
+
+/* ---- The kernel ------------------------------------------------------------ */
+template <class C1, class C2>
+__global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
+    mm_fused_kernel(const __grid_constant__ CUtensorMap tm_a1, const __grid_constant__ CUtensorMap tm_b1,
+                    const __grid_constant__ CUtensorMap tm_sf1, const __grid_constant__ CUtensorMap tm_a2,
+                    const __grid_constant__ CUtensorMap tm_b2, const __grid_constant__ CUtensorMap tm_sf2,
+                    const mm_gemm_problem p1, const mm_gemm_problem p2, const mm_gemm_layout lay,
+                    const mm_layer_view L, const mm_forward_view F, const mm_fused_order order, const int64_t bound) {
+  using P = mm_fused_tiles<C1, C2>;
+  using T1 = typename P::T1;
+  using T2 = typename P::T2;
+  extern __shared__ uint8_t mm_gemm_smem_raw[];
+  __shared__ mm_fused_cta ctl;
+  const mm_gemm_smem sm = mm_gemm_smem_carve(mm_gemm_smem_raw, lay);
+  const int tid = threadIdx.x;
+  const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
+  const int lane = tid & 31;
+  mm_device_status* st = mm_status(L);
+
+  /* A-C. Phase A clears the counter bank of forward f + 1, the one forward
+   * f - 1 used (finished before this kernel started; nothing of it is read;
+   * f, the forward number, is stable for the whole kernel). The pool is
+   * virtual: in the single-wave order it must fit the ring (the bound
+   * verdict in front makes this the last line against a bug), in the lag
+   * order the counters of one bank (the worst case at T_max). */
+  if (tid == 0) mm_tl_zero_durations(L); /* this CTA's; its roles add after the routing's grid barriers */
+  {
+    const uint64_t fwd = mm_forward_number(st);
+    mm_route_hooks h;
+    h.clear = mm_ws<int32_t>(L, MM_WS_BLOCK_COUNTERS) + mm_fused_counter_index(L.virtual_blocks, fwd + 1, 0, 0);
+    h.clear_count = MM_FUSED_COUNTERS * L.virtual_blocks; /* < 2^31: virtual blocks < 2^31 / 128 (create) */
+    h.capacity = (order.single_wave ? order.ring_blocks : L.virtual_blocks) * MM_FUSED_BLOCK_ROWS;
+    h.capacity_site = MM_SITE_RING;
+    h.has_call = 1;
+    h.call = mm_call_tokens{F.num_tokens, bound};
+    if (!mm_route_phases(L, F, h, reinterpret_cast<int*>(sm.a_ptr))) {
+      mm_forward_end(L); /* every CTA once, whatever happened */
+      return;
+    }
+  }
+
+  /* D. The pipeline barriers and the producer warpgroup's context (thread
+   * 256, thread 0), the stream (every thread; its closing CTA barrier
+   * publishes the barriers' init), a CTA barrier (the context). */
+  const uint64_t fwd = mm_forward_number(st);
+  int32_t* l1_done = mm_ws<int32_t>(L, MM_WS_BLOCK_COUNTERS) +
+                     mm_fused_counter_index(L.virtual_blocks, fwd, MM_FUSED_L1_DONE, 0);
+  const mm_fused_stream* s;
+  {
+    if (tid == 256) {
+      mm_tma_prefetch_map(&tm_a1);
+      mm_tma_prefetch_map(&tm_b1);
+      mm_tma_prefetch_map(&tm_sf1);
+      mm_tma_prefetch_map(&tm_a2);
+      mm_tma_prefetch_map(&tm_b2);
+      mm_tma_prefetch_map(&tm_sf2);
+      mm_gemm_init_barriers(sm, MM_FUSED_COPY_THREADS, MM_FUSED_TASK_READERS);
+    }
+    uint8_t* stream_smem = sm.sched + (uint32_t)C2::BM * 8u; /* after the copy warps' row destinations */
+    s = mm_fused_stream_build_cta(stream_smem, mm_ws<int32_t>(L, MM_WS_POOL_COUNT), order, L.local_experts, C1::BM,
+                                  C2::BM, p1.n / C1::BN, p2.n / C2::BN);
+    if (tid == 0) {
+      int32_t* counters = mm_ws<int32_t>(L, MM_WS_BLOCK_COUNTERS);
+      ctl.sm = sm;
+      ctl.s = s;
+      ctl.pulled = counters + mm_fused_counter_index(L.virtual_blocks, fwd, MM_FUSED_PULLED, 0);
+      ctl.l1_done = l1_done;
+      ctl.l2_done = counters + mm_fused_counter_index(L.virtual_blocks, fwd, MM_FUSED_L2_DONE, 0);
+    }
+    __syncthreads();
+  }
+  if (warp >= 8) {
+    /* setmaxnreg moves registers inside the CTA's pool (168 x 384 at launch):
+     * the math warpgroups' 232 need exactly what 40 here frees. */
+    mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
+    mm_fused_role_ctx();
+    if (warp == MM_FUSED_PRODUCER_WARP) {
+      if (lane == 0) mm_fused_produce<T1, T2>(L, ctl, &tm_a1, &tm_b1, &tm_sf1, &tm_a2, &tm_b2, &tm_sf2, p1, p2);
+    } else if (warp < MM_FUSED_PULL_WARP0) {
+      mm_fused_copy<T2>(L, ctl, p2, tid - 32 * MM_FUSED_COPY_WARP0);
+    } else if (!mm_failed(st)) {
+      mm_fused_pull(L, ctl, blockIdx.x * MM_FUSED_PULL_WARPS + (warp - MM_FUSED_PULL_WARP0),
+                    gridDim.x * MM_FUSED_PULL_WARPS);
+    }
+    /* The registers come back only when the math warpgroups give theirs up:
+     * wait for that at a barrier (the pull warps finish long before the
+     * GEMMs; a setmaxnreg.inc retried in a loop took 18 % of the kernel's
+     * issued instructions). The warp converges first (warp 8's lane 0 ran
+     * the producer alone). */
+    __syncwarp();
+    mm_named_barrier_sync(MM_FUSED_BAR_REGS, MM_GEMM_THREADS);
+    mm_setmaxnreg_inc<MM_GEMM_TAIL_REGS>();
+  } else {
+    mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
+    mm_fused_math<T1, T2>(L, ctl, sm, s, l1_done, p1, p2, warp >> 2);
+    mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
+    mm_named_barrier_arrive(MM_FUSED_BAR_REGS, MM_GEMM_THREADS); /* the registers are free */
+  }
+
+  /* E. Every thread's combine stores (to peers over NVLink) before the grid
+   * barrier; CTA 0's release of barrier 1 is then cumulative over them. */
+  __threadfence_system();
+  mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
+  const mm_wait_ctx gctx = mm_persistent_grid_ctx(L);
+  bool ok = mm_grid_barrier(gb, gctx);
+  if (tid == 0) mm_tl_stamp(L, MM_TL_PUSHED);
+  if (ok && blockIdx.x == 0 && tid < 32)
+    mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 1), MM_SITE_BARRIER_COMBINE);
+  /* After barrier 1 every peer's rows for this rank's tokens have landed. */
+  if (ok) ok = mm_grid_barrier(gb, gctx);
+  if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED);
+  if (ok && !mm_failed(st)) mm_reduce_tokens(L, F, warp, MM_GEMM_THREADS / 32);
+  if (L.timeline) {
+    __syncthreads(); /* every warp's reductions, then the stamp */
+    if (tid == 0) mm_tl_stamp(L, MM_TL_REDUCED);
+  }
+  /* Every CTA, whatever happened: the forward's end (its arrival count must
+   * see every CTA once, or the next forward's number would move early). */
+  mm_forward_end(L);
+}
+
+#endif

@@ -1,0 +1,27 @@
+/* The persistent arms' launch (split, fused): a cooperative grid (the
+ * kernels have grid barriers, so every CTA must be resident) of `grid` CTAs
+ * of MM_GEMM_THREADS threads with `smem` bytes of dynamic shared memory. */
+#ifndef MEGAMOE_DEVICE_LAUNCH_CUH
+#define MEGAMOE_DEVICE_LAUNCH_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "gemm/gemm_cfg.cuh"
+
+static inline cudaError_t mm_launch_cooperative(const void* fn, void** args, int grid, uint32_t smem,
+                                                cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)grid);
+  cfg.blockDim = dim3(MM_GEMM_THREADS);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelExC(&cfg, fn, args);
+}
+
+#endif

@@ -1,0 +1,116 @@
+/* The routing phases of the persistent arms (split kernel 1, the fused
+ * kernel): every CTA of a cooperative grid of one CTA per SM runs
+ *
+ *   A  start the forward (CTA 0); validate the top-k ids and count this
+ *      rank's slots per expert (CTA-strided); clear the arm's counters
+ *                                                                grid barrier
+ *   B  publish each expert's routed list to its rank; the fused arm's CTA 0
+ *      also writes (T, bound) of this call into slot `rank` of every rank's
+ *      call table (MM_SYM_CALL_TOKENS)                            grid barrier
+ *   C  CTA 0: all-rank barrier 0 (routing published); the fused arm's
+ *      num_tokens_bound verdict on the call table; the pool layout
+ *                                                                grid barrier
+ *
+ * The call table is written in phase B like the route counts and read after
+ * barrier 0 like them, so DESIGN.md section 5's argument covers it: a peer
+ * writes forward n + 1's entry only after barrier 1 of forward n, which this
+ * rank signals after its phase C of forward n. */
+#ifndef MEGAMOE_ROUTE_PHASES_CUH
+#define MEGAMOE_ROUTE_PHASES_CUH
+
+#include "comm/barrier.cuh"
+#include "comm/forward.cuh"
+#include "comm/grid.cuh"
+#include "comm/wait.cuh"
+#include "fused.h"
+#include "route/route.cuh"
+#include "timeline.cuh"
+#include "view.cuh"
+
+/* The grid barriers of the persistent arms wait twice the layer's deadline:
+ * CTA 0 may spend a whole deadline in an all-rank barrier while the other
+ * CTAs wait for it, and the peer that did not arrive (not the grid barrier)
+ * must be what is recorded. */
+MM_DEVICE mm_wait_ctx mm_persistent_grid_ctx(const mm_layer_view& L) {
+  mm_wait_ctx c;
+  c.status = mm_status(L);
+  c.timeout_ns = 2 * L.timeout_ns;
+  c.site = MM_SITE_GRID_BARRIER;
+  c.abort_flag = nullptr;
+  return c;
+}
+
+/* What an arm adds to the routing phases. */
+typedef struct mm_route_hooks {
+  int32_t* clear;        /* [clear_count] int32 zeroed in phase A, CTA-strided, or NULL: the split arm's
+                            rows-ready counters, the fused arm's counter bank of the NEXT forward */
+  int32_t clear_count;
+  int32_t capacity;      /* virtual rows the pool layout may take (mm_pool_layout_cta_cap) */
+  int32_t capacity_site; /* MM_SITE_POOL (split) or MM_SITE_RING (fused) */
+  int32_t has_call;      /* fused arm: publish `call` in phase B, judge every rank's in phase C */
+  mm_call_tokens call;   /* this rank's (num_tokens, num_tokens_bound) as passed (bound 0: T_max) */
+} mm_route_hooks;
+
+/* The fused arm's num_tokens_bound verdict (fused.h, docs/FUSED.md section
+ * 9), by one thread of CTA 0 after barrier 0: every rank judges the same
+ * table, so every rank records the same status naming the same rank. Skipped
+ * when the forward already failed (a peer's host rejection arrives in
+ * barrier 0's flags, and the ranks report PEER_FAILED as for any error). */
+MM_DEVICE void mm_fused_judge_bound(const mm_layer_view& L, mm_device_status* st) {
+  if (mm_failed(st)) return;
+  /* Written by the peers before their barrier-0 release, which warp 0
+   * acquired before the CTA barrier the caller passed. */
+  const mm_call_tokens* table = mm_sym<mm_call_tokens>(L, L.rank, MM_SYM_CALL_TOKENS);
+  mm_bound_verdict v;
+  if (mm_fused_bound_violation(table, L.num_ranks, L.max_tokens, &v))
+    mm_record_error(st, MEGAMOE_ERR_TOO_MANY_TOKENS, MM_SITE_TOKEN_BOUND, v.rank, v.differs, (uint64_t)v.value,
+                    (uint64_t)v.bound);
+}
+
+/* Phases A-C, all threads of every CTA. False when a grid barrier gave up
+ * (deadline): the caller skips to the end of the forward. scratch: >= 33
+ * ints of shared memory. */
+MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F, const mm_route_hooks& h,
+                               int* scratch) {
+  mm_device_status* st = mm_status(L);
+  mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
+  const mm_wait_ctx gctx = mm_persistent_grid_ctx(L);
+  const int nthreads = blockDim.x;
+  /* A: start (one thread, before anything reads the record: the others read
+   * it only after the first grid barrier), validation, counts, counters. */
+  if (blockIdx.x == 0 && threadIdx.x == 0) mm_forward_start(st, F.injected_error);
+  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_K1_START);
+  const int64_t slots = (int64_t)F.num_tokens * L.top_k;
+  for (int64_t i = (int64_t)blockIdx.x * nthreads + threadIdx.x; i < slots; i += (int64_t)gridDim.x * nthreads)
+    mm_route_validate(L, F, i, i + 1);
+  for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_count_expert(L, F, e, scratch);
+  for (int i = blockIdx.x * nthreads + threadIdx.x; i < h.clear_count; i += gridDim.x * nthreads) h.clear[i] = 0;
+  if (!mm_grid_barrier(gb, gctx)) return false;
+  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_COUNTED);
+  /* B: publish (every CTA sees the same `failed`: the errors of phase A
+   * precede the grid barrier). */
+  const bool failed = mm_failed(st);
+  for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_publish_expert(L, F, e, failed, scratch);
+  if (h.has_call && blockIdx.x == 0 && (int)threadIdx.x < L.num_ranks)
+    mm_sym<mm_call_tokens>(L, (int)threadIdx.x, MM_SYM_CALL_TOKENS)[L.rank] = h.call;
+  if (!mm_grid_barrier(gb, gctx)) return false;
+  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_PUBLISHED);
+  /* C: the routing of every rank is published here once barrier 0 passes. */
+  if (blockIdx.x == 0) {
+    if (threadIdx.x < 32)
+      mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 0), MM_SITE_BARRIER_DISPATCH);
+    __syncthreads();
+    if (h.has_call) {
+      /* The verdict is recorded before the layout reads `failed`: a bound
+       * that lies lays out an empty pool (no pull, no task). */
+      if (threadIdx.x == 0) mm_fused_judge_bound(L, st);
+      __syncthreads();
+    }
+    mm_pool_layout_cta_cap(L, scratch, h.capacity, h.capacity_site);
+  }
+  if (!mm_grid_barrier(gb, gctx)) return false;
+  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_LAID_OUT);
+  return true;
+}
+
+#endif

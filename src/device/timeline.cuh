@@ -1,0 +1,39 @@
+/* The persistent arms' diagnostic in-kernel timeline (contract.h,
+ * mm_timeline_event; host/timeline.h): one thread's %globaltimer stamp, or
+ * the latest of several (pull warps), or a duration summed over the forward.
+ * No-ops when the layer has none (every layer but a split or fused one
+ * created with MEGAMOE_TIMELINE=1). */
+#ifndef MEGAMOE_DEVICE_TIMELINE_CUH
+#define MEGAMOE_DEVICE_TIMELINE_CUH
+
+#include "common.cuh"
+#include "contract.h"
+
+MM_DEVICE uint64_t* mm_tl_slot(const mm_layer_view& L, int event) {
+  return L.timeline && blockIdx.x < MM_TL_MAX_CTAS ? L.timeline + (size_t)blockIdx.x * MM_TL_EVENTS + event : nullptr;
+}
+MM_DEVICE void mm_tl_stamp(const mm_layer_view& L, int event) {
+  uint64_t* s = mm_tl_slot(L, event);
+  if (s) *s = mm_globaltimer_ns();
+}
+MM_DEVICE void mm_tl_stamp_latest(const mm_layer_view& L, int event) {
+  uint64_t* s = mm_tl_slot(L, event);
+  if (s) atomicMax(reinterpret_cast<unsigned long long*>(s), (unsigned long long)mm_globaltimer_ns());
+}
+
+/* Adds ns to a duration entry (MM_TL_FIRST_DURATION on). */
+MM_DEVICE void mm_tl_add(const mm_layer_view& L, int event, uint64_t ns) {
+  uint64_t* s = mm_tl_slot(L, event);
+  if (s && ns) atomicAdd(reinterpret_cast<unsigned long long*>(s), (unsigned long long)ns);
+}
+/* The CTA's duration entries back to 0 (one thread, before any role adds). */
+MM_DEVICE void mm_tl_zero_durations(const mm_layer_view& L) {
+  for (int e = MM_TL_FIRST_DURATION; e < MM_TL_EVENTS; ++e) {
+    uint64_t* s = mm_tl_slot(L, e);
+    if (s) *s = 0;
+  }
+}
+/* The clock for a duration: 0 (and no read) when the layer has no timeline. */
+MM_DEVICE uint64_t mm_tl_now(const mm_layer_view& L) { return L.timeline ? mm_globaltimer_ns() : 0; }
+
+#endif
