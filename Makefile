@@ -188,7 +188,7 @@ test: $(UNIT_BIN) $(GPU_BIN) $(FAULT_BIN) $(TOOL_BIN) $(SO)
 # engine tests and the layer's "sanitize small" tests at EP1 and EP2 on each
 # arm, each tool's planted-bug control first. TOOLS and TARGETS pick a subset
 # (comma-separated: memcheck,racecheck,synccheck,initcheck;
-# control,gemm,staged,split); SANITIZE_DIR holds the logs (BUILD/sanitize),
+# control,gemm,staged,split,fused); SANITIZE_DIR holds the logs (BUILD/sanitize),
 # SANITIZE_TIMEOUT bounds each run (400 s).
 sanitize: $(GPU_BIN)
 	scripts/sanitize.sh --build $(BUILD) --tools "$(TOOLS)" --targets "$(TARGETS)"

@@ -4,7 +4,7 @@
 #   scripts/sanitize.sh [--build DIR] [--tools T1,T2] [--targets X,Y] [--out DIR] [--timeout S]
 #
 # Tools: memcheck, racecheck, synccheck, initcheck (default: all four).
-# Targets (default: all four), each one run of build/gpu_tests under the tool:
+# Targets (default: all five), each one run of build/gpu_tests under the tool:
 #   control  the planted bug of that tool (tests/gpu/test_sanitize.cu) on every
 #            rank process of an EP2 run (EP1 with one GPU): the tool must
 #            report it in every rank's log, proving it checks the processes
@@ -17,6 +17,7 @@
 #            layer tests run the same waits inside one kernel).
 #   staged   the "sanitize small" layer tests (H 256, I 256, 8 experts,
 #   split    top-2, T 64) at EP1 and EP2, on that arm (wgmma engine).
+#   fused
 # A run passes when the tool reports no error (after scripts/sanitize.supp),
 # every test it ran passed, at least one ran, and it finished within the
 # timeout. One line per (tool, target), then "N passed, N failed"; exit 1 when
@@ -46,14 +47,14 @@ while [ $# -gt 0 ]; do
   esac
 done
 tools=${tools:-memcheck,racecheck,synccheck,initcheck}
-targets=${targets:-control,gemm,staged,split}
+targets=${targets:-control,gemm,staged,split,fused}
 out=${out:-${SANITIZE_DIR:-$build/sanitize}}
 case "$timeout_s" in '' | *[!0-9]*) echo "sanitize: --timeout '$timeout_s': not a whole number of seconds"; exit 2 ;; esac
 for t in ${tools//,/ }; do
   case "$t" in memcheck | racecheck | synccheck | initcheck) ;; *) echo "sanitize: unknown tool '$t' (memcheck, racecheck, synccheck, initcheck)"; exit 2 ;; esac
 done
 for t in ${targets//,/ }; do
-  case "$t" in control | gemm | staged | split) ;; *) echo "sanitize: unknown target '$t' (control, gemm, staged, split)"; exit 2 ;; esac
+  case "$t" in control | gemm | staged | split | fused) ;; *) echo "sanitize: unknown target '$t' (control, gemm, staged, split, fused)"; exit 2 ;; esac
 done
 
 runner="$build/gpu_tests"
@@ -156,7 +157,7 @@ for tool in ${tools//,/ }; do
           filter=$("$runner" --list 2> /dev/null | grep -E '^gemm_wgmma' | grep -vE '_large$|_rows_ready$' | paste -sd '|')
           filter=${filter:-gemm_wgmma}
         else filter=gemm_wgmma; fi ;;
-      staged | split) envs=(MEGAMOE_GEMM=wgmma MEGAMOE_TEST_ARM=$target MEGAMOE_TEST_RANKS=$ranks)
+      staged | split | fused) envs=(MEGAMOE_GEMM=wgmma MEGAMOE_TEST_ARM=$target MEGAMOE_TEST_RANKS=$ranks)
         filter=${SANITIZE_LAYER_FILTER:-sanitize small} ;;
     esac
     # --launch-timeout: the runner's parent never touches CUDA and its ranks start CUDA

@@ -97,11 +97,13 @@ name="sanitize.sh: clean runs pass, controls caught on every rank, the exclusion
 if run "$name" 0 SANITIZE_SUPP="$root/scripts/sanitize.supp" -- --tools memcheck,racecheck &&
   has '^\[PASS\] memcheck +control +the planted bug reported 2 time\(s\) for 2 rank' "$name" &&
   has '^\[PASS\] racecheck +split +0 error\(s\), tests 3 passed, 0 failed' "$name" &&
-  has '^8 passed, 0 failed$' "$name" &&
+  has '^\[PASS\] memcheck +fused +0 error\(s\), tests 3 passed, 0 failed' "$name" &&
+  has '^10 passed, 0 failed$' "$name" &&
   grep -qx 'kns=ncclDevKernel' "$work/logs/memcheck-gemm/args.txt" &&
   grep -qx 'gemm_wgmma' "$work/logs/memcheck-gemm/args.txt" &&
   grep -qx 'gemm_wgmma_f32_vs_cpu|gemm_wgmma_scatter' "$work/logs/racecheck-gemm/args.txt" &&
-  grep -qx 'sanitize small' "$work/logs/racecheck-split/args.txt"; then ok "$name"; else bad; fi
+  grep -qx 'sanitize small' "$work/logs/racecheck-split/args.txt" &&
+  grep -qx 'sanitize small' "$work/logs/racecheck-fused/args.txt"; then ok "$name"; else bad; fi
 
 name="sanitize.sh: an error report fails its (tool, target) and names the first report"
 if run "$name" 1 FAKE_ERRORS=racecheck:split -- --tools racecheck --targets staged,split &&

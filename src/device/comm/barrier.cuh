@@ -30,8 +30,13 @@ MM_DEVICE uint64_t mm_wait_flag(const uint64_t* flag, uint64_t value, uint64_t t
   *timed_out = 0;
   *waited_ns = 0;
   for (uint32_t spins = 0;; ++spins) {
-    seen = mm_ld_acquire_sys_u64(flag);
-    if (mm_flag_arrived(seen, value)) break;
+    /* Relaxed polls, one acquire (comm/wait.cuh, mm_wait_counter_geq; a
+     * flag's sequence only grows). */
+    seen = mm_ld_relaxed_sys_u64(flag);
+    if (mm_flag_arrived(seen, value)) {
+      (void)mm_ld_acquire_sys_u64(flag); /* the word seen is returned (its error bits) */
+      break;
+    }
     if ((spins & 63) == 63) {
       const uint64_t waited = mm_globaltimer_ns() - start;
       if (waited > timeout_ns) {

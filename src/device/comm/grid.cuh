@@ -50,7 +50,11 @@ MM_DEVICE bool mm_grid_barrier(mm_grid_barrier_state* gb, const mm_wait_ctx& ctx
     } else {
       const mm_deadline d = mm_deadline_start(ctx.timeout_ns);
       for (uint32_t spin = 1;; ++spin) {
-        if (mm_ld_acquire_gpu_u32(&gb->generation) != gen) break;
+        /* Relaxed polls, one acquire (comm/wait.cuh, mm_wait_counter_geq). */
+        if (mm_ld_relaxed_gpu_u32(&gb->generation) != gen) {
+          (void)mm_ld_acquire_gpu_u32(&gb->generation);
+          break;
+        }
         if ((spin & 31u) == 0) {
           if (ctx.abort_flag && *ctx.abort_flag) {
             passed = 0;
