@@ -86,6 +86,12 @@ enum mm_timeline_event {
   MM_TL_WAIT_L1_DONE,    /* duration: the producer's waits for an L2 tile's L1 outputs (fused) */
   MM_TL_WAIT_SLOT,       /* duration: the pull warps' waits for a free ring slot, summed over warps (fused) */
   MM_TL_WAIT_COPY,       /* duration: the copy warp's waits for its rows' pull (fused) */
+  /* Durations of the math warps' work (fused; thread 0, so its warpgroup's view): */
+  MM_TL_MATH_TASK,       /* waiting for the next task from the ring, and the vote */
+  MM_TL_MATH_L1,         /* L1 mainloops */
+  MM_TL_MATH_L1_EPI,     /* L1 epilogues (SwiGLU, quantization, stores) and L1_DONE publications */
+  MM_TL_MATH_L2,         /* L2 mainloops */
+  MM_TL_MATH_L2_EPI,     /* L2 staging for the copy warps (with the wait for the previous tile's copy) */
   MM_TL_EVENTS
 };
 #define MM_TL_MAX_CTAS 256
@@ -378,7 +384,12 @@ typedef struct mm_gemm_problem {
    * still leaves). */
   mm_device_status* status;
   uint64_t timeout_ns;
+  /* 0, or 1..MM_GEMM_MAX_B_PREFETCH: the producer asks L2 for the B box this
+   * many K blocks ahead of the one it loads (more weight bytes in flight
+   * than the shared-memory stages hold: the decode regime streams weights). */
+  int32_t b_prefetch_kblocks;
 } mm_gemm_problem;
+#define MM_GEMM_MAX_B_PREFETCH 32
 
 /* Default deadline of the engine's waits when the problem gives none. */
 #define MM_GEMM_DEFAULT_TIMEOUT_NS 60000000000ull

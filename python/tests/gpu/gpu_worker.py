@@ -31,7 +31,7 @@ import torch.distributed as dist  # noqa: E402
 import contract  # noqa: E402
 from megamoe import _lib  # noqa: E402
 
-ARMS = ("staged", "split")
+ARMS = ("staged", "split", "fused")
 H, I, K = 512, 256, 3
 T_MAX, T = 128, 96          # T >= 32: the checker judges the whole-rank diff too
 LAYER_TIMEOUT_S = 20.0      # every cross-rank wait of the layer

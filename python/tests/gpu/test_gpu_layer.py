@@ -16,7 +16,7 @@ import time
 import pytest
 
 WORLDS = (1, 2)
-ARMS = ("staged", "split")  # gpu_worker.ARMS
+ARMS = ("staged", "split", "fused")  # gpu_worker.ARMS
 # What gpu_worker.py records per arm, in order.
 CHECKS = ("create", "info", "forward_reference", "int64_out_bound", "bitwise_c_api", "graph_capture_replay",
           "bad_argument_raises_here", "bad_argument_peers_fail", "recovers_after_bad_argument",

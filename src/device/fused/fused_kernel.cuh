@@ -66,6 +66,9 @@
 static_assert(MM_FUSED_COPY_WARPS >= 1 && MM_FUSED_PULL_WARPS >= 1, "the producer warpgroup holds both roles");
 /* Warps that read each task of the ring (the math warps and the copy warps). */
 #define MM_FUSED_TASK_READERS (8 + MM_FUSED_COPY_WARPS)
+#ifndef MM_FUSED_MATH_TIMELINE
+#define MM_FUSED_MATH_TIMELINE 0
+#endif
 /* Named barrier where the producer warpgroup waits, without spinning, for
  * the math warpgroups to give back their registers (below). */
 #define MM_FUSED_BAR_REGS 5
@@ -270,34 +273,54 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_cta& c, cons
   mm_gemm_pipe pipe = {0u, 0u};
   int l2_tiles = 0; /* the copy hand-off's tile index (gemm_epilogue.cuh) */
   mm_fused_l1_pending pend = {-1, 0};
+  /* Timeline of the math warps' parts (thread 0 only): compiled in only with
+   * -DMM_FUSED_MATH_TIMELINE=1 (it costs the kernel ~60 B more spills), e.g.
+   * make BUILD=build_tl NVCC="nvcc -DMM_FUSED_MATH_TIMELINE=1" build_tl/megamoe,
+   * then MEGAMOE_TIMELINE=1 build_tl/megamoe bench --arms fused. */
+  const bool timed = MM_FUSED_MATH_TIMELINE && L.timeline != nullptr && threadIdx.x == 0;
+  uint64_t spent[MM_TL_MATH_L2_EPI - MM_TL_MATH_TASK + 1] = {};
+  uint64_t t_mark = timed ? mm_globaltimer_ns() : 0;
+  auto lap = [&](int event) {
+    if (!timed) return;
+    const uint64_t now = mm_globaltimer_ns();
+    spent[event - MM_TL_MATH_TASK] += now - t_mark;
+    t_mark = now;
+  };
   for (uint32_t j = 0;; ++j) {
     mm_fused_task task;
     const bool got = mm_fused_read_task(c, p1, j, &task);
     /* One decision for the 256 math threads (a wait that gave up in some). */
     if (!mm_gemm_math_vote_ok(sm1, got)) return;
+    lap(MM_TL_MATH_TASK);
     if (task.gemm < 0) break;
     if (task.gemm == 0) {
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
       float acc[T1::kWaves][64];
       const bool mine = mm_gemm_consume_tile<T1>(sm1, pipe, p1, ti, wg, acc);
       if (!mm_gemm_math_vote_ok(sm1, mine)) return;
+      lap(MM_TL_MATH_L1);
       mm_fused_publish_l1(L, l1_done, pend);
       mm_gemm_epilogue_swiglu<T1>(sm1, p1, ti, wg, acc);
       pend.block0 = task.block0;
       pend.rows = task.rows;
+      lap(MM_TL_MATH_L1_EPI);
     } else {
       mm_fused_publish_l1(L, l1_done, pend);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
       float acc[T2::kWaves][64];
       const bool mine = mm_gemm_consume_tile<T2>(sm2, pipe, p2, ti, wg, acc);
       if (!mm_gemm_math_vote_ok(sm2, mine)) return;
+      lap(MM_TL_MATH_L2);
       /* False: the hand-off gave up (the abort word is set); the next
        * tile's vote leaves, the copy warps leave on the abort word. */
       (void)mm_gemm_epilogue_stage_for_copy<T2>(sm2, p2, l2_tiles++, wg, acc);
       if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
+      lap(MM_TL_MATH_L2_EPI);
     }
   }
   mm_fused_publish_l1(L, l1_done, pend);
+  if (timed)
+    for (int e = MM_TL_MATH_TASK; e <= MM_TL_MATH_L2_EPI; ++e) mm_tl_add(L, e, spent[e - MM_TL_MATH_TASK]);
 }
 
 /* ---- Copy warps (MM_FUSED_COPY_WARP0 on) ----------------------------------------------------- */

@@ -176,8 +176,12 @@ MM_DEVICE bool mm_gemm_produce_tile_loads(const mm_gemm_smem& sm, mm_gemm_pipe& 
                                           const mm_gemm_problem& p, const mm_gemm_tile_info& ti) {
   const int kblocks = p.k / MM_GEMM_BLOCK_K;
   const int b_row = ti.expert * p.n + ti.n0;
+  const int ahead = p.b_prefetch_kblocks > 0 && p.b_prefetch_kblocks <= MM_GEMM_MAX_B_PREFETCH ? p.b_prefetch_kblocks : 0;
+  /* The first `ahead` K blocks' B into L2 before the stages fill (a hint). */
+  for (int kb = 1; kb <= ahead && kb < kblocks; ++kb) mm_tma_prefetch_l2_2d(tm_b, kb * MM_GEMM_BLOCK_K, b_row);
   for (int kb = 0; kb < kblocks; ++kb) {
     const uint32_t s = pipe.stage;
+    if (ahead && kb + ahead < kblocks) mm_tma_prefetch_l2_2d(tm_b, (kb + ahead) * MM_GEMM_BLOCK_K, b_row);
     if (!mm_gemm_wait(sm, sm.empty + 8 * s, pipe.phase ^ 1u, p)) return false;
     const uint32_t full = sm.full + 8 * s;
     mm_mbar_arrive_expect_tx(full, Cfg::kTxBytes);
