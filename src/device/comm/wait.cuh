@@ -148,8 +148,8 @@ MM_DEVICE bool mm_wait_counter_geq(const int32_t* counter, int32_t target, const
   for (uint32_t spin = 1;; ++spin) {
     seen = kSys ? mm_ld_relaxed_sys_s32(counter) : mm_ld_relaxed_gpu_s32(counter);
     if (seen >= target) {
-      (void)(kSys ? mm_ld_acquire_sys_s32(counter) : mm_ld_acquire_gpu_s32(counter));
-      return true;
+      seen = kSys ? mm_ld_acquire_sys_s32(counter) : mm_ld_acquire_gpu_s32(counter);
+      if (seen >= target) return true; /* always, by coherence: the counter only grows */
     }
     if ((spin & 31u) == 0) {
       if (ctx.abort_flag && *ctx.abort_flag) return false;

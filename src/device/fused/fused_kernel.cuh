@@ -102,6 +102,10 @@ struct mm_fused_tiles {
   static_assert(C2::BM <= 2 * MM_FUSED_BLOCK_ROWS, "an L2 tile covers at most two ring blocks");
 };
 
+/* Static shared memory the fused layout adds to the engine's 256 B reserve
+ * (which covers the grid barrier's and other helpers' words). */
+#define MM_FUSED_STATIC_SMEM 512u
+
 /* The kernel's shared memory: the engine's layout (gemm_cfg.cuh) with one
  * stage of kStage bytes (stage_b = 0: B lives inside the stage), the L2
  * tile's staging area, the xwg area of the L1 epilogue's amax exchange, and
@@ -111,7 +115,9 @@ struct mm_fused_tiles {
 template <class C1, class C2>
 static inline __host__ __device__ mm_gemm_layout mm_fused_layout(int experts) {
   using P = mm_fused_tiles<C1, C2>;
-  const uint32_t extra = (uint32_t)C2::BM * 8u + mm_fused_stream_smem_bytes(experts);
+  /* + the kernel's static shared memory beyond the 256 B the engine's
+   * layout keeps for it (mm_fused_cta, the task ring: static_assert below). */
+  const uint32_t extra = (uint32_t)C2::BM * 8u + mm_fused_stream_smem_bytes(experts) + MM_FUSED_STATIC_SMEM;
   return mm_gemm_layout_make(P::kStage, 0, P::kStageSF, C2::kStagingBytes, P::kBM, extra, MM_GEMM_MAX_STAGES);
 }
 
@@ -129,6 +135,8 @@ struct mm_fused_cta {
   int32_t* l1_done;
   int32_t* l2_done;
 };
+
+static_assert(sizeof(mm_fused_cta) + 64 <= MM_FUSED_STATIC_SMEM, "the fused kernel's static shared memory is reserved");
 
 /* Keeps the compiler from moving shared-memory reads of the context above
  * the register reconfiguration (or from keeping copies in registers across
@@ -172,10 +180,12 @@ MM_DEVICE bool mm_fused_publish_task(mm_fused_cta& c, const mm_gemm_problem& p, 
 }
 
 /* Every thread of a reading warp: the j-th task into *t. False when the wait
- * gave up (t->gemm = -1 then). */
+ * gave up in any lane of the warp (t->gemm = -1 then): one answer per warp,
+ * since each lane waits on its own and a partial give-up would split the
+ * warp before the aligned barriers that follow. */
 MM_DEVICE bool mm_fused_read_task(const mm_fused_cta& c, const mm_gemm_problem& p, uint32_t j, mm_fused_task* t) {
   const uint32_t s = j % MM_GEMM_TILE_RING, parity = (j / MM_GEMM_TILE_RING) & 1u;
-  const bool ok = mm_gemm_wait(c.sm, c.sm.tile_full + 8 * s, parity, p);
+  const bool ok = __all_sync(0xffffffffu, mm_gemm_wait(c.sm, c.sm.tile_full + 8 * s, parity, p));
   if (ok) *t = c.ring[s];
   else t->gemm = -1;
   __syncwarp();
@@ -294,6 +304,12 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_cta& c, cons
     lap(MM_TL_MATH_TASK);
     if (task.gemm < 0) break;
     if (task.gemm == 0) {
+      /* The deferral needs this tile's pulls not to wait, through the ring
+       * slots' guard, on L2 tiles of the pending block: published first when
+       * this block is a ring's length ahead of it (block0 + 1 >= pending +
+       * ring; never with 132 CTAs and the ring's minimum, docs/FUSED.md). */
+      if (pend.block0 >= 0 && task.block0 + 1 >= pend.block0 + s->order.ring_blocks)
+        mm_fused_publish_l1(L, l1_done, pend);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
       float acc[T1::kWaves][64];
       const bool mine = mm_gemm_consume_tile<T1>(sm1, pipe, p1, ti, wg, acc);
@@ -331,7 +347,11 @@ MM_DEVICE void mm_fused_copy(const mm_layer_view& L, const mm_fused_cta& c, cons
   uint32_t j = 0; /* L2 tiles of this CTA so far: the hand-off's index */
   for (uint32_t k = 0;; ++k) {
     mm_fused_task task; /* every task of the ring: this warp is one of its readers */
-    if (!mm_fused_read_task(c, p2, k, &task) || task.gemm < 0) break;
+    const bool got = mm_fused_read_task(c, p2, k, &task);
+    /* One decision for all copy warps (a give-up in one warp, while another
+     * read the task, would leave the other alone at the copy barrier). */
+    if (mm_named_barrier_or(MM_GEMM_BAR_COPY, MM_FUSED_COPY_THREADS, !got)) break;
+    if (task.gemm < 0) break;
     if (task.gemm == 0) continue;
     const mm_gemm_smem sm2 = mm_fused_view_l2<T2>(c.sm);
     const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
@@ -352,6 +372,7 @@ MM_DEVICE void mm_fused_copy(const mm_layer_view& L, const mm_fused_cta& c, cons
       for (int64_t b = task.block0; ready && b <= task.block0 + (rows1 > 0 ? 1 : 0); ++b)
         ready = mm_wait_counter_geq<false>(c.pulled + b, (int32_t)mm_fused_counter_target(s, MM_FUSED_PULLED, b), ctx,
                                            (int)b);
+      if (!ready) *c.sm.abort = 1; /* the CTA's other roles leave too, not after their own deadlines */
       mm_tl_add(L, MM_TL_WAIT_COPY, mm_tl_now(L) - t0);
     }
     __syncwarp(); /* lane 0's acquire before the other lanes' lookups */
