@@ -468,6 +468,9 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
    * verdict in front makes this the last line against a bug), in the lag
    * order the counters of one bank (the worst case at T_max). */
   if (tid == 0) mm_tl_zero_durations(L); /* this CTA's; its roles add after the routing's grid barriers */
+  /* Decode regime (p1.b_prefetch_kblocks): the L1 weights this CTA's first
+   * task most likely reads start towards L2 while the routing runs. */
+  if (tid == 256) mm_gemm_prefetch_b_guess<C1>(&tm_b1, p1, blockIdx.x);
   {
     const uint64_t fwd = mm_forward_number(st);
     mm_route_hooks h;
