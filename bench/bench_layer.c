@@ -146,12 +146,13 @@ static int cmp_u64(const void* x, const void* y) {
 }
 
 static int print_timeline(const megamoe_layer* layer, const char* arm, int64_t T, int rank) {
-  static const char* const names[MM_TL_EVENTS] = {
+  static const char* const names[] = {
       "k1 start", "counted", "published", "laid out (barrier 0)", "pull end", "L1 first tile issued",
       "L1 last tile issued", "L1 math end", "k2 start / 1st L2", "L2 math end", "pushed", "combined (barrier 1)",
       "reduced", "[sum] wait pulled", "[sum] wait L1 done", "[sum] wait ring slot", "[sum] copy wait pull",
       "[sum] math: next task", "[sum] math: L1 main", "[sum] math: L1 epilogue", "[sum] math: L2 main",
       "[sum] math: L2 staging"};
+  _Static_assert(sizeof names / sizeof names[0] == MM_TL_EVENTS, "a name per timeline event (contract.h)");
   uint64_t* stamps = malloc(sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS);
   uint64_t col[MM_TL_MAX_CTAS];
   int ctas = 0;
