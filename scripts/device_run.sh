@@ -5,6 +5,7 @@
 #   test         make gpu-test (all GPU tests)
 #   test:FILTER  GPU tests whose name contains FILTER
 #   pygpu        the Python package's GPU tests (python/tests/gpu, torch + NCCL)
+#   faults       the fault tests (./build/fault_tests: killed and silent ranks, deadline 1 s)
 #   gemm         megamoe bench-gemm
 #   bench        megamoe bench (flash per-rank equivalent, all visible GPUs)
 #   bench:ARGS   megamoe bench with ARGS (commas inside, '+' for spaces)
@@ -33,6 +34,7 @@ for step in "$@"; do
   case "$step" in
     test) (set -o pipefail; timeout $T ./build/gpu_tests 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "FAIL|passed|CHECK|diff|rank" | tail -60) || rc=1 ;;
     test:*) (set -o pipefail; timeout $T ./build/gpu_tests "${step#test:}" 2>&1 | tee -a "$OUT/gpu_tests.log" | tail -60) || rc=1 ;;
+    faults) (set -o pipefail; timeout $T ./build/fault_tests 2>&1 | tee "$OUT/faults.log" | tail -20) || rc=1 ;;
     pygpu) (set -o pipefail; MEGAMOE_LIBRARY="$PWD/build/libmegamoe.so.0" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
         timeout $T python3 python/tests/run_pytest.py python/tests/gpu 2>&1 | tee "$OUT/pygpu.log" | tail -40) || rc=1 ;;
     gemm:*) (set -o pipefail; timeout $T ./build/megamoe bench-gemm $(echo "${step#gemm:}" | tr "+" " ") 2>&1 | tee -a "$OUT/bench_gemm.log" | tail -40) || rc=1 ;;
