@@ -57,7 +57,8 @@ typedef enum mm_region_id {
   MM_WS_READY,           /* [P / MM_READY_BLOCK_ROWS] i32 rows pulled per pool block (split arm's L1 wait) */
   MM_WS_BLOCK_COUNTERS,  /* fused arm: [MM_FLAG_BANKS][MM_FUSED_COUNTERS][virtual blocks] i32 per-block
                           * counters (pulled rows, L1 done, L2 done), bank = forward & 1 (fused.h) */
-  MM_WS_TILE_COUNTERS,   /* [MM_TILE_COUNTERS] i32 tiles claimed per GEMM (gemm_dynamic.cuh; split arm) */
+  MM_WS_TILE_COUNTERS,   /* [MM_TILE_COUNTERS] i32 tiles claimed per GEMM (gemm_dynamic.cuh; split arm), or the
+                            fused arm's tasks claimed (its order's dynamic_claim) */
   MM_REGION_COUNT
 } mm_region_id;
 

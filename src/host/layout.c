@@ -140,7 +140,7 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   bytes[MM_WS_GRID_BARRIER] = sizeof(mm_grid_barrier_state);
   bytes[MM_WS_READY] = c->arm == MEGAMOE_ARM_SPLIT ? mul(&s, P / MM_READY_BLOCK_ROWS, 4) : 0;
   bytes[MM_WS_BLOCK_COUNTERS] = mul(&s, mul(&s, MM_FLAG_BANKS * MM_FUSED_COUNTERS, (uint64_t)ring.virtual_blocks), 4);
-  bytes[MM_WS_TILE_COUNTERS] = c->arm == MEGAMOE_ARM_SPLIT ? MM_TILE_COUNTERS * 4 : 0;
+  bytes[MM_WS_TILE_COUNTERS] = c->arm != MEGAMOE_ARM_STAGED ? MM_TILE_COUNTERS * 4 : 0;
 
   memset(out, 0, sizeof *out);
   out->num_ranks = num_ranks;

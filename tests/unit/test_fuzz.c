@@ -168,7 +168,7 @@ static int layout_ok(const megamoe_config* c, int R, const mm_layout* l, char* w
                       (unsigned long long)l->regions[want[i].id].bytes, (unsigned long long)want[i].bytes), 0;
   const int staged = c->arm == MEGAMOE_ARM_STAGED, split = c->arm == MEGAMOE_ARM_SPLIT;
   if ((l->regions[MM_WS_L1_ACC].bytes != 0) != staged || (l->regions[MM_WS_L2_OUT].bytes != 0) != staged ||
-      (l->regions[MM_WS_READY].bytes != 0) != split || (l->regions[MM_WS_TILE_COUNTERS].bytes != 0) != split ||
+      (l->regions[MM_WS_READY].bytes != 0) != split || (l->regions[MM_WS_TILE_COUNTERS].bytes != 0) == staged ||
       (l->regions[MM_SYM_CALL_TOKENS].bytes != 0) != fused ||
       (l->regions[MM_WS_BLOCK_COUNTERS].bytes != 0) != fused)
     return snprintf(why, n, "arm-specific regions for arm %s", megamoe_arm_name(c->arm)), 0;

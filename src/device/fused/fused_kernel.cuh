@@ -4,8 +4,10 @@
  *   A-C  routing, all-rank barrier 0, the num_tokens_bound verdict and the
  *        pool layout in virtual rows (route/route_phases.cuh); phase A clears
  *        the per-block counter bank the NEXT forward uses
- *   D    each CTA builds the task stream (fused_stream.cuh), then the roles
- *        replay its tasks t = blockIdx.x, + gridDim.x, ... in stream order:
+ *   D    each CTA builds the task stream (fused_stream.cuh); its producer
+ *        takes tasks t = blockIdx.x, + gridDim.x, ... (or claims them from
+ *        a grid counter: order.dynamic_claim) in stream order and hands
+ *        them to the other roles through the task ring:
  *          warp 8 lane 0  producer: the counter wait of the task's blocks
  *                         (PULLED for an L1 tile, L1_DONE for an L2 tile),
  *                         then the TMA loads (A per 128-row block at its
@@ -134,6 +136,7 @@ struct mm_fused_cta {
   int32_t* pulled;           /* this forward's counter bank, per virtual block */
   int32_t* l1_done;
   int32_t* l2_done;
+  int32_t* claim;            /* the grid's task counter (order.dynamic_claim), or NULL: tasks by stride */
 };
 
 static_assert(sizeof(mm_fused_cta) + 64 <= MM_FUSED_STATIC_SMEM, "the fused kernel's static shared memory is reserved");
@@ -217,7 +220,10 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
   uint64_t waited[2] = {0, 0}; /* timeline: ns in the counter waits, per GEMM */
   bool first[2] = {true, true};
   uint32_t j = 0;
-  for (int64_t t = blockIdx.x;; t += gridDim.x) {
+  /* Tasks in stream order: by stride, or claimed from the grid's counter (a
+   * CTA that runs fast takes more; every task's inputs come from tasks
+   * earlier in the stream, so from tasks claimed before it). */
+  for (int64_t t = c.claim ? atomicAdd(c.claim, 1) : blockIdx.x;; t = c.claim ? atomicAdd(c.claim, 1) : t + gridDim.x) {
     mm_fused_task task;
     if (t < s->tasks) mm_fused_task_at(s, t, &task);
     else task.gemm = -1; /* the end of the sequence */
@@ -468,6 +474,9 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
    * verdict in front makes this the last line against a bug), in the lag
    * order the counters of one bank (the worst case at T_max). */
   if (tid == 0) mm_tl_zero_durations(L); /* this CTA's; its roles add after the routing's grid barriers */
+  /* The task counter, zeroed before the routing's first grid barrier; the
+   * producers claim only after the last one. */
+  if (order.dynamic_claim && blockIdx.x == 0 && tid == 0) *mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) = 0;
   /* Decode regime (p1.b_prefetch_kblocks): the L1 weights this CTA's first
    * task most likely reads start towards L2 while the routing runs. */
   if (tid == 256) mm_gemm_prefetch_b_guess<C1>(&tm_b1, p1, blockIdx.x);
@@ -513,6 +522,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       ctl.pulled = counters + mm_fused_counter_index(L.virtual_blocks, fwd, MM_FUSED_PULLED, 0);
       ctl.l1_done = l1_done;
       ctl.l2_done = counters + mm_fused_counter_index(L.virtual_blocks, fwd, MM_FUSED_L2_DONE, 0);
+      ctl.claim = order.dynamic_claim ? mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) : nullptr;
     }
     __syncthreads();
   }
