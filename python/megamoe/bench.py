@@ -102,10 +102,12 @@ def parse_args(argv=None):
                    help="tokens per rank, one cell each, at most 16 (64,512,2048,8192)")
     p.add_argument("--max-tokens", type=_int_in(1, MAX_TOKENS), metavar="T",
                    help="T_max of the layers (the largest point)")
-    p.add_argument("--arms", type=_arms, default=["staged", "split"], metavar="A1,A2,...",
-                   help="arms, each once (staged,split)")
+    p.add_argument("--arms", type=_arms, default=["staged", "split", "fused"], metavar="A1,A2,...",
+                   help="arms, each once (staged,split,fused)")
     p.add_argument("--iters", type=_int_in(1, 10000), default=20, metavar="N", help="timed replays per round (20)")
     p.add_argument("--rounds", type=_int_in(1, 100), default=3, metavar="N", help="rounds, arms bracketed (3)")
+    p.add_argument("--no-bound", action="store_true",
+                   help="pass num_tokens_bound = None (T_max) instead of the cell's T, as megamoe bench --no-bound")
     p.add_argument("--csv", type=_writable, metavar="FILE", help="write the rows as CSV (the C bench's columns)")
     p.add_argument("--json", type=_writable, metavar="FILE", help="write the rows as JSON")
     p.add_argument("--c-csv", type=_c_rows, metavar="FILE", dest="c_rows",
@@ -155,19 +157,19 @@ def _uniform(shape, lo, hi, gen, dev):
     return torch.empty(shape, dtype=torch.float32, device=dev).uniform_(lo, hi, generator=gen)
 
 
-def _capture(layer, inputs, y, dev):
+def _capture(layer, inputs, y, dev, bound):
     """The forward captured in a CUDA graph (after one forward on a side
     stream, as torch advises before a capture)."""
     import torch
     side = torch.cuda.Stream(dev)
     side.wait_stream(torch.cuda.current_stream(dev))
     with torch.cuda.stream(side):
-        layer.forward(*inputs, out=y)
+        layer.forward(*inputs, out=y, num_tokens_bound=bound)
     torch.cuda.current_stream(dev).wait_stream(side)
     layer.sync(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        layer.forward(*inputs, out=y)
+        layer.forward(*inputs, out=y, num_tokens_bound=bound)
     return graph
 
 
@@ -277,12 +279,14 @@ def _rank(rank, world, store, a):
         flops = 2.0 * routed.max().item() * 3.0 * H * I
         y = torch.empty((T, H), dtype=torch.bfloat16, device=dev)
         inputs = (x[:T], x_sf[:T], idx, w)
+        # Every rank runs T tokens: T is the call's bound (as the C bench).
+        bound = None if a.no_bound else T
         graphs = {}
         for arm, layer in layers.items():
             for _ in range(WARMUP):
-                layer.forward(*inputs, out=y)
+                layer.forward(*inputs, out=y, num_tokens_bound=bound)
             layer.sync()
-            graphs[arm] = _capture(layer, inputs, y, dev)
+            graphs[arm] = _capture(layer, inputs, y, dev, bound)
         round_medians = {arm: [] for arm in layers}
         for rnd in range(a.rounds):
             order = list(layers) if rnd % 2 == 0 else list(layers)[::-1]

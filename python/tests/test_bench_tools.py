@@ -154,8 +154,9 @@ def test_plot_refuses_a_file_that_is_not_rows(tmp_path):
 
 def test_bench_options(tool_rows, tmp_path):
     a = bench.parse_args([])
-    assert (a.tokens, a.arms, a.iters, a.rounds, a.max_tokens) == ([64, 512, 2048, 8192], ["staged", "split"], 20, 3,
-                                                                     8192)
+    assert (a.tokens, a.arms, a.iters, a.rounds, a.max_tokens, a.no_bound) == (
+        [64, 512, 2048, 8192], ["staged", "split", "fused"], 20, 3, 8192, False)
+    assert bench.parse_args(["--no-bound"]).no_bound
     assert (a.hidden, a.intermediate, a.experts_per_rank, a.top_k) == (4096, 2048, 32, 6)
     a = bench.parse_args(["--model", "pro", "--tokens", "16,128", "--arms", "split", "--ranks", "2", "--iters", "5",
                           "--csv", str(tmp_path / "p.csv"), "--c-csv", str(tool_rows[0])])
