@@ -107,9 +107,14 @@ static lc_case lt_make(const mm_rank_ctx* ctx, int64_t H, int64_t I, int E, int 
 
 /* Runs n cases as n forwards on one layer: the cases share the config and
  * the weights (equal cfg and weight_seed; tokens, routing and T differ).
- * Every forward is checked. */
+ * Every forward is checked. With second_bound > 0 each case runs twice: with
+ * num_tokens_bound = its largest T (the call's own bound: the tiles of its
+ * size), then with second_bound (the tiles of that size), and the two
+ * outputs must be bitwise equal (every tile gives the same bits: DESIGN.md
+ * section 1). */
 #define LT_MAX_SERIES 8
-static mm_test_result lt_run_series(const mm_rank_ctx* ctx, const lc_case* cases, int n, const char* what) {
+static mm_test_result lt_run_series_bounds(const mm_rank_ctx* ctx, const lc_case* cases, int n, const char* what,
+                                           int64_t second_bound) {
   if (n < 1 || n > LT_MAX_SERIES) return MM_TEST_FAIL; /* the same on every rank: nobody waits */
   lc_data data[LT_MAX_SERIES];
   lc_device dev[LT_MAX_SERIES];
@@ -131,21 +136,45 @@ static mm_test_result lt_run_series(const mm_rank_ctx* ctx, const lc_case* cases
       bad = 1;
     }
     for (int i = 0; i < n; ++i) {
-      megamoe_forward_args a = lc_args(&cases[i], &dev[i], ctx->rank);
-      if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
-      megamoe_status st = lt_forward(layer, ctx, &a, cases[0].cfg.hidden);
-      if (st != MEGAMOE_OK) {
-        fprintf(stderr, "    rank %d %s call %d (T %lld): %s: %s\n", ctx->rank, what, i,
-                (long long)cases[i].tokens[ctx->rank], megamoe_status_string(st), megamoe_last_error());
-        bad = 1;
-        continue;
-      }
-      if (bad) continue;
+      int64_t own_bound = 0; /* the case's largest T, the same on every rank */
+      for (int r = 0; r < ctx->num_ranks; ++r)
+        if (cases[i].tokens[r] > own_bound) own_bound = cases[i].tokens[r];
       const int64_t elems = cases[i].tokens[ctx->rank] * cases[0].cfg.hidden;
       uint16_t* y = malloc(sizeof(uint16_t) * (size_t)elems + 1);
-      if (!y || lc_download(dev[i].y, elems, y) != 0 || lc_compare(&cases[i], &data[i], ctx->rank, y, what) != 0)
-        bad = 1;
+      uint16_t* y_own = malloc(sizeof(uint16_t) * (size_t)elems + 1);
+      if (!y || !y_own) bad = 1;
+      for (int pass = 0; pass < (second_bound > 0 ? 2 : 1); ++pass) {
+        megamoe_forward_args a = lc_args(&cases[i], &dev[i], ctx->rank);
+        if (second_bound > 0) a.num_tokens_bound = pass == 0 ? (own_bound > 0 ? own_bound : 0) : second_bound;
+        if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
+        megamoe_status st = lt_forward(layer, ctx, &a, cases[0].cfg.hidden);
+        if (st != MEGAMOE_OK) {
+          fprintf(stderr, "    rank %d %s call %d (T %lld, bound %lld): %s: %s\n", ctx->rank, what, i,
+                  (long long)cases[i].tokens[ctx->rank], (long long)a.num_tokens_bound, megamoe_status_string(st),
+                  megamoe_last_error());
+          bad = 1;
+          continue;
+        }
+        if (bad) continue;
+        if (lc_download(dev[i].y, elems, y) != 0 || lc_compare(&cases[i], &data[i], ctx->rank, y, what) != 0) {
+          bad = 1;
+        } else if (pass == 0) {
+          memcpy(y_own, y, sizeof(uint16_t) * (size_t)elems);
+        } else if (memcmp(y_own, y, sizeof(uint16_t) * (size_t)elems) != 0) {
+          int64_t differ = 0, first = -1;
+          for (int64_t e = 0; e < elems; ++e)
+            if (y_own[e] != y[e]) differ++, first = first < 0 ? e : first;
+          fprintf(stderr,
+                  "    rank %d %s call %d (T %lld): bound %lld differs bitwise from bound %lld in %lld of %lld "
+                  "elements; first: token %lld column %lld\n",
+                  ctx->rank, what, i, (long long)cases[i].tokens[ctx->rank], (long long)second_bound,
+                  (long long)own_bound, (long long)differ, (long long)elems,
+                  (long long)(first / cases[0].cfg.hidden), (long long)(first % cases[0].cfg.hidden));
+          bad = 1;
+        }
+      }
       free(y);
+      free(y_own);
     }
     if (megamoe_destroy(layer) != MEGAMOE_OK) bad = 1;
   }
@@ -154,6 +183,10 @@ static mm_test_result lt_run_series(const mm_rank_ctx* ctx, const lc_case* cases
     lc_free(&data[i]);
   }
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
+}
+
+static mm_test_result lt_run_series(const mm_rank_ctx* ctx, const lc_case* cases, int n, const char* what) {
+  return lt_run_series_bounds(ctx, cases, n, what, 0);
 }
 
 /* Reports how two arms' outputs differ: 0 when bitwise equal. */
@@ -425,6 +458,32 @@ static mm_test_result t_odd_token_counts(const mm_rank_ctx* ctx) {
     for (int r = 0; r < ctx->num_ranks; ++r) cases[p].tokens[r] = counts[(p + r) % 4];
   }
   return lt_run_series(ctx, cases, 4, "odd T");
+}
+
+/* Decode sizes (issue 12's shapes: T = 1, 8, 64, 127, 256 per rank; one rank
+ * with T = 0; every token on one expert) on a layer sized for T_max 1024:
+ * each forward once with its own bound (rows per expert <= 64: the decode
+ * tiles; 256 tokens: the mid regime) and once with bound T_max (the large
+ * tiles), checked against the reference both times and bitwise equal to
+ * each other. E 8 per rank, K 4: T_max gives 512 rows per expert. */
+static mm_test_result t_decode_tiles(const mm_rank_ctx* ctx) {
+  enum { kCases = 7 };
+  static const int64_t counts[5] = {1, 8, 64, 127, 256};
+  const int64_t t_max = 1024;
+  lc_case base = lt_make(ctx, 512, 256, EXPERTS(ctx, 8), 4, t_max, 40);
+  base.weight_seed = base.seed;
+  base.mask_ratio = 0.05;
+  lc_case cases[kCases];
+  for (int i = 0; i < kCases; ++i) {
+    cases[i] = base;
+    cases[i].seed = base.seed + 31u * (uint64_t)(i + 1);
+    const int64_t T = i < 5 ? counts[i] : i == 5 ? 64 : 127;
+    for (int r = 0; r < ctx->num_ranks; ++r) cases[i].tokens[r] = T;
+  }
+  if (ctx->num_ranks > 1) cases[5].tokens[ctx->num_ranks - 1] = 0; /* one rank with T = 0 */
+  cases[6].one_expert = 3;                                          /* every token on expert 3 */
+  cases[6].mask_ratio = 0.0;
+  return lt_run_series_bounds(ctx, cases, kCases, "decode tiles", t_max);
 }
 
 /* Every arm on a few shapes must give the staged arm's bits (lt_run_arms).
@@ -712,6 +771,7 @@ const mm_rank_test mm_layer_tests[] = {
     {"edge: pool filled to capacity (every slot to one rank, T = T_max)", t_pool_capacity, 1},
     {"edge: an expert repeated inside a token's top-k", t_repeated_expert, 1},
     {"edge: T = 1, 127, 4097 next to T = 0", t_odd_token_counts, 1},
+    {"decode: T = 1..256 with its own bound and with T_max, bitwise equal", t_decode_tiles, 1},
     {"arms: bitwise equal to staged", t_arms_bitwise, 1},
     {"graph: one capture replayed on 3 inputs", t_graph_replay, 1},
     {"sanitize small: uniform routing, 2 forwards", t_sanitize_uniform, 1},
