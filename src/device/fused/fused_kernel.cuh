@@ -71,6 +71,11 @@ static_assert(MM_FUSED_COPY_WARPS >= 1 && MM_FUSED_PULL_WARPS >= 1, "the produce
 #ifndef MM_FUSED_MATH_TIMELINE
 #define MM_FUSED_MATH_TIMELINE 0
 #endif
+/* Rows a pull warp copies before one release of PULLED (the seed batches up
+ * to 16 too): a release per row is a gpu-scope fence per 4 KB row, and with
+ * one pull warp per SM the producers waited ~125 us per CTA for pulled rows
+ * at 2048 tokens (docs/PERF.md, fused arm v1). */
+#define MM_FUSED_PULL_CHUNK 16
 /* Named barrier where the producer warpgroup waits, without spinning, for
  * the math warpgroups to give back their registers (below). */
 #define MM_FUSED_BAR_REGS 5
@@ -395,23 +400,29 @@ MM_DEVICE void mm_fused_copy(const mm_layer_view& L, const mm_fused_cta& c, cons
 
 /* ---- Pull warps (the producer warpgroup's last) ------------------------------------------------ */
 
-/* Virtual rows gw, gw + nw, ... (pool order over every pull warp of the
- * grid, so the first blocks complete first). Before the first row of a block
- * this warp writes, the slot guard: the slot's previous block in this
- * forward (mm_fused_slot_predecessor) must have finished its L2 tiles
- * (L2_DONE at its target). Then the row at its ring row, and PULLED += 1
- * after the row's stores (the async-proxy fence: the L1 producer's TMA reads
- * them next). 32-bit rows: a forward's virtual rows fit 31 bits (create
+/* Chunks of MM_FUSED_PULL_CHUNK virtual rows gw, gw + nw, ... (pool order
+ * over every pull warp of the grid, so the first blocks complete first).
+ * Before the first row of a block this warp writes, the slot guard: the
+ * slot's previous block in this forward (mm_fused_slot_predecessor) must
+ * have finished its L2 tiles (L2_DONE at its target). Then the chunk's valid
+ * rows at their ring rows, and PULLED += those rows after their stores (the
+ * async-proxy fence: the L1 producer's TMA reads them next). 32-bit rows: a forward's virtual rows fit 31 bits (create
  * checks the worst case at T_max), and so do the ring's. */
 MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, int gw, int nw) {
+  static_assert(MM_FUSED_BLOCK_ROWS % MM_FUSED_PULL_CHUNK == 0, "a chunk stays inside one block");
   const int lane = threadIdx.x & 31;
   const mm_fused_stream* s = c.s;
-  const int total = (int)s->blocks * MM_FUSED_BLOCK_ROWS;
+  const int chunks = (int)s->blocks * (MM_FUSED_BLOCK_ROWS / MM_FUSED_PULL_CHUNK);
+  const int ring_rows = s->order.ring_blocks * MM_FUSED_BLOCK_ROWS;
   int guarded = -1; /* the last block whose slot this warp found free */
-  for (int r = gw; r < total; r += nw) {
-    const int b = r / MM_FUSED_BLOCK_ROWS;
+  for (int k = gw; k < chunks; k += nw) {
+    const int r0 = k * MM_FUSED_PULL_CHUNK;
+    const int b = r0 / MM_FUSED_BLOCK_ROWS;
     const int e = mm_fused_find(s->block_start, s->experts, b);
-    if (r - s->block_start[e] * MM_FUSED_BLOCK_ROWS >= s->rows[e]) continue; /* padding: never pulled */
+    /* Valid rows of the chunk (the rest is the block's padding: never pulled, never counted). */
+    const int valid_end = s->block_start[e] * MM_FUSED_BLOCK_ROWS + s->rows[e];
+    const int n = min(MM_FUSED_PULL_CHUNK, valid_end - r0);
+    if (n <= 0) continue;
     if (b != guarded) {
       const int prev = b - s->order.ring_blocks; /* mm_fused_slot_predecessor */
       if (prev >= 0) {
@@ -437,13 +448,14 @@ MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, int 
       }
       guarded = b;
     }
-    const int ring_rows = s->order.ring_blocks * MM_FUSED_BLOCK_ROWS;
-    mm_pull_row_to(L, r, e, (uint32_t)r % (uint32_t)ring_rows, ring_rows); /* mm_fused_ring_row */
-    /* Every lane's stores before the async proxy (TMA) reads them; the warp
-     * barrier orders them before lane 0's release. */
+    for (int i = 0; i < n; ++i)
+      mm_pull_row_to(L, r0 + i, e, (uint32_t)(r0 + i) % (uint32_t)ring_rows, ring_rows); /* mm_fused_ring_row */
+    /* Every lane's stores of the chunk before the async proxy (TMA) reads
+     * them; the warp barrier orders them before lane 0's one release for
+     * the chunk's rows. */
     mm_fence_proxy_async_global();
     __syncwarp();
-    if (lane == 0) mm_red_release_gpu_add_s32(c.pulled + b, 1);
+    if (lane == 0) mm_red_release_gpu_add_s32(c.pulled + b, n);
   }
   if (lane == 0) mm_tl_stamp_latest(L, MM_TL_PULL_END);
 }
