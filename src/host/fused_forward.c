@@ -11,6 +11,7 @@ megamoe_status mm_fused_forward(const mm_layer_view* L, const mm_forward_view* F
                                 const megamoe_config* c, int64_t bound, const mm_arm_gemm* gemms,
                                 cudaStream_t stream) {
   mm_fused_order order;
+  memset(&order, 0, sizeof order); /* every field defined on the fallback path too */
   const megamoe_status st = mm_fused_call_order(ring, c, L->num_ranks, F->num_tokens, bound, &order);
   if (st == MEGAMOE_OK) return mm_fused_launch(L, F, &order, bound, &gemms[0].plan, &gemms[1].plan, stream);
   /* Not reached for a bound megamoe_forward accepted (the same check) and

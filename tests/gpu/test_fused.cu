@@ -39,7 +39,7 @@ mm_test_result t_stream_on_device() {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       rows[e] = (x % 5 == 0) ? 0 : (int32_t)(x % 5000);
     }
-    const mm_fused_order order = {i % 4 == 0, (int32_t)(x % 30), 1 + (int32_t)(x % 5), 100};
+    const mm_fused_order order = {i % 4 == 0, (int32_t)(x % 30), 1 + (int32_t)(x % 5), 100, 0};
     const int bm0 = 64 << (i % 3), bm1 = 64 << ((i + 1) % 3), tn0 = 1 + i % 3, tn1 = 1 + (i + 1) % 4;
     /* host */
     int32_t harr[MM_FUSED_STREAM_WORDS(64)];
@@ -121,7 +121,7 @@ mm_test_result t_stream_build_cta() {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       rows[e] = (x % 4 == 0) ? 0 : (int32_t)(x % 3000);
     }
-    const mm_fused_order order = {i % 3 == 0, 8 + (int32_t)(x % 20), 4, 100};
+    const mm_fused_order order = {i % 3 == 0, 8 + (int32_t)(x % 20), 4, 100, 0};
     const int bm0 = 64 << (i % 2), bm1 = 64 << (i % 3), tn0 = 1 + i % 5, tn1 = 1 + i % 7;
     const int words = MM_FUSED_STREAM_WORDS(experts);
     int32_t* harr = (int32_t*)malloc(sizeof(int32_t) * (size_t)words);

@@ -31,13 +31,20 @@
 #include "rank_ctx.h"
 #include "ref.h"
 
-/* Poisons y (0xFFFF is a bf16 NaN), runs one forward, syncs. */
+/* Poisons y (0xFFFF is a bf16 NaN), runs one forward, syncs. When the poison
+ * fails the forward still runs, empty (peers must not wait), and the call
+ * reports the failure. */
 static megamoe_status lt_forward(megamoe_layer* layer, const mm_rank_ctx* ctx, const megamoe_forward_args* a,
                                  int64_t H) {
-  if (a->num_tokens > 0 && cudaMemset(a->y, 0xFF, sizeof(uint16_t) * (size_t)(a->num_tokens * H)) != cudaSuccess)
-    return MEGAMOE_ERR_CUDA;
-  megamoe_status st = megamoe_forward(layer, a, ctx->stream);
+  megamoe_forward_args run = *a;
+  int poison_failed = 0;
+  if (a->num_tokens > 0 && cudaMemset(a->y, 0xFF, sizeof(uint16_t) * (size_t)(a->num_tokens * H)) != cudaSuccess) {
+    poison_failed = 1;
+    run.num_tokens = 0;
+  }
+  megamoe_status st = megamoe_forward(layer, &run, ctx->stream);
   megamoe_status st2 = megamoe_sync(layer, ctx->stream);
+  if (poison_failed) return MEGAMOE_ERR_CUDA;
   return st != MEGAMOE_OK ? st : st2;
 }
 

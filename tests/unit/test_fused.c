@@ -434,7 +434,7 @@ static mm_test_result t_stream_decode(void) {
     const int32_t El = 1 + (int32_t)mm_rng_below(&g, 40);
     draw_rows(&g, (int)mm_rng_below(&g, SKEW_KINDS), (int64_t)mm_rng_below(&g, 40000), El, rows);
     mm_fused_order o = {(int32_t)(mm_rng_below(&g, 4) == 0), 1 + (int32_t)mm_rng_below(&g, 20),
-                        1 + (int32_t)mm_rng_below(&g, 6), 1000};
+                        1 + (int32_t)mm_rng_below(&g, 6), 1000, 0};
     test_stream t;
     stream_make(&t, o, El, rows, bms[mm_rng_below(&g, 3)], bms[mm_rng_below(&g, 3)], 1 + (int)mm_rng_below(&g, 4),
                 1 + (int)mm_rng_below(&g, 4));
@@ -542,7 +542,7 @@ static mm_test_result t_ring_short_by_one_fails(void) {
   for (int e = 0; e < 64; ++e) rows[e] = MM_FUSED_UNIT_ROWS;
   int failed = 0;
   for (int32_t lag = 1; lag <= 12; ++lag) {
-    mm_fused_order o = {0, lag, 4, MM_FUSED_UNIT_BLOCKS * (lag + 4)};
+    mm_fused_order o = {0, lag, 4, MM_FUSED_UNIT_BLOCKS * (lag + 4), 0};
     test_stream t;
     stream_make(&t, o, 64, rows, 128, 128, 1, 1);
     char why[256] = "";
@@ -568,7 +568,7 @@ static mm_test_result t_ring_simulation(void) {
     const int32_t El = 1 + (int32_t)mm_rng_below(&g, 24);
     const int32_t lag = (int32_t)mm_rng_below(&g, 10), group = 1 + (int32_t)mm_rng_below(&g, 4);
     const int skew = (int)mm_rng_below(&g, SKEW_KINDS);
-    mm_fused_order o = {0, lag, group, MM_FUSED_UNIT_BLOCKS * (lag + group) + (int32_t)mm_rng_below(&g, 5)};
+    mm_fused_order o = {0, lag, group, MM_FUSED_UNIT_BLOCKS * (lag + group) + (int32_t)mm_rng_below(&g, 5), 0};
     draw_rows(&g, skew, (int64_t)o.ring_blocks * MM_FUSED_BLOCK_ROWS * (1 + (int64_t)mm_rng_below(&g, 3)) +
                             (int64_t)mm_rng_below(&g, 3000), El, rows);
     test_stream t;

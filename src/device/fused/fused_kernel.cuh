@@ -318,7 +318,9 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_cta& c, cons
       /* The deferral needs this tile's pulls not to wait, through the ring
        * slots' guard, on L2 tiles of the pending block: published first when
        * this block is a ring's length ahead of it (block0 + 1 >= pending +
-       * ring; never with 132 CTAs and the ring's minimum, docs/FUSED.md). */
+       * ring; never with the stride order, 132 CTAs and the ring's minimum;
+       * possible with the dynamic claim, where a CTA's consecutive tasks can
+       * be far apart). */
       if (pend.block0 >= 0 && task.block0 + 1 >= pend.block0 + s->order.ring_blocks)
         mm_fused_publish_l1(L, l1_done, pend);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
@@ -448,8 +450,10 @@ MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, int 
       }
       guarded = b;
     }
-    for (int i = 0; i < n; ++i)
-      mm_pull_row_to(L, r0 + i, e, (uint32_t)(r0 + i) % (uint32_t)ring_rows, ring_rows); /* mm_fused_ring_row */
+    /* mm_fused_ring_row: a chunk never wraps the ring (ring_rows is a
+     * multiple of the chunk), so its rows are consecutive there too. */
+    const int dst0 = (int)((uint32_t)r0 % (uint32_t)ring_rows);
+    for (int i = 0; i < n; ++i) mm_pull_row_to(L, r0 + i, e, dst0 + i, ring_rows);
     /* Every lane's stores of the chunk before the async proxy (TMA) reads
      * them; the warp barrier orders them before lane 0's one release for
      * the chunk's rows. */

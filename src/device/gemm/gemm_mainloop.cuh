@@ -200,8 +200,9 @@ MM_DEVICE bool mm_gemm_produce_tile_loads(const mm_gemm_smem& sm, mm_gemm_pipe& 
   const int kblocks = p.k / MM_GEMM_BLOCK_K;
   const int b_row = ti.expert * p.n + ti.n0;
   const int ahead = mm_gemm_b_prefetch(p);
-  /* The first `ahead` K blocks' B into L2 before the stages fill (a hint). */
-  if (ahead) mm_gemm_prefetch_b(tm_b, b_row, 1, ahead + 1 < kblocks ? ahead + 1 : kblocks);
+  /* K blocks 1 .. ahead - 1 into L2 before the stages fill (hints); the loop
+   * asks for kb + ahead at each kb from 0 on. */
+  if (ahead) mm_gemm_prefetch_b(tm_b, b_row, 1, ahead < kblocks ? ahead : kblocks);
   for (int kb = 0; kb < kblocks; ++kb) {
     const uint32_t s = pipe.stage;
     if (ahead && kb + ahead < kblocks) mm_tma_prefetch_l2_2d(tm_b, (kb + ahead) * MM_GEMM_BLOCK_K, b_row);
