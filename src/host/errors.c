@@ -2,6 +2,7 @@
 #include "errors.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 
 static _Thread_local char mm_error_message[512];
@@ -54,4 +55,12 @@ const char* megamoe_status_string(megamoe_status status) {
     case MEGAMOE_STATUS_COUNT: break;
   }
   return "MEGAMOE_ERR_UNKNOWN: unknown status";
+}
+
+int mm_env_int(const char* name, int lo, int hi, int fallback) {
+  const char* e = getenv(name);
+  if (!e || !*e) return fallback;
+  char* end = NULL;
+  const long v = strtol(e, &end, 10);
+  return *end == 0 && v >= lo && v <= hi ? (int)v : fallback;
 }

@@ -22,6 +22,10 @@ void mm_clear_error(void);
 int mm_mul_u64(uint64_t a, uint64_t b, uint64_t* out);
 int mm_add_u64(uint64_t a, uint64_t b, uint64_t* out);
 
+/* A diagnostic knob from the environment: the integer in variable `name`
+ * when it is set and within [lo, hi], else `fallback`. */
+int mm_env_int(const char* name, int lo, int hi, int fallback);
+
 #define MM_CHECK_NULL(ptr, name)                                                   \
   do {                                                                             \
     if ((ptr) == NULL) return mm_fail(MEGAMOE_ERR_NULL_POINTER, "%s is NULL", name); \

@@ -1,8 +1,6 @@
 /* The fused arm's ring and per-call order (fused_plan.h, docs/FUSED.md). */
 #include "fused_plan.h"
 
-#include <stdlib.h>
-
 #include "config.h"
 #include "errors.h"
 
@@ -16,11 +14,7 @@ int64_t mm_fused_units_estimate(const megamoe_config* c, int num_ranks, int64_t 
 /* The rule's percentage: MM_FUSED_LAG_PERCENT, or MEGAMOE_FUSED_LAG_PERCENT
  * from the environment (1..400: the bench's lag ladder; a diagnostic read at
  * create and at each call, so set it before the process starts). */
-static int64_t lag_percent(void) {
-  const char* e = getenv("MEGAMOE_FUSED_LAG_PERCENT");
-  const long v = e ? strtol(e, NULL, 10) : 0;
-  return v >= 1 && v <= 400 ? v : MM_FUSED_LAG_PERCENT;
-}
+static int64_t lag_percent(void) { return mm_env_int("MEGAMOE_FUSED_LAG_PERCENT", 1, 400, MM_FUSED_LAG_PERCENT); }
 
 int32_t mm_fused_lag_rule(int64_t units) {
   const int64_t lag = (lag_percent() * units + 50) / 100;
@@ -63,8 +57,7 @@ megamoe_status mm_fused_call_order(const mm_fused_ring* ring, const megamoe_conf
   const int64_t tokens = num_tokens_bound > 0 ? num_tokens_bound : c->max_tokens_per_rank;
   order->ring_blocks = ring->blocks;
   order->group = ring->group;
-  const char* dyn = getenv("MEGAMOE_FUSED_DYNAMIC");
-  order->dynamic_claim = dyn && dyn[0] == '1' && dyn[1] == 0;
+  order->dynamic_claim = mm_env_int("MEGAMOE_FUSED_DYNAMIC", 1, 1, 0);
   order->single_wave = mm_fused_worst_blocks(c, num_ranks, tokens) <= ring->blocks;
   /* A smaller bound never asks for a longer lag (the units estimate grows
    * with the tokens); the min keeps the ring's proof if the rule changes. */

@@ -91,11 +91,7 @@ static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int loc
 /* The decode regime's B prefetch distance in K blocks (mm_gemm_problem):
  * MEGAMOE_B_PREFETCH=N (1..MM_GEMM_MAX_B_PREFETCH, read at create), else 0:
  * off until the ladder on the GPU picks a default (docs/PERF.md). */
-static int32_t decode_b_prefetch(void) {
-  const char* e = getenv("MEGAMOE_B_PREFETCH");
-  const long v = e ? strtol(e, NULL, 10) : 0;
-  return v >= 1 && v <= MM_GEMM_MAX_B_PREFETCH ? (int32_t)v : 0;
-}
+static int32_t decode_b_prefetch(void) { return mm_env_int("MEGAMOE_B_PREFETCH", 1, MM_GEMM_MAX_B_PREFETCH, 0); }
 
 megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
   const int El = c->num_experts / num_ranks;

@@ -46,6 +46,7 @@
 #include "fused.h"
 #include "fused/fused_stream.cuh"
 #include "gemm/gemm_cfg.cuh"
+#include "gemm/gemm_dynamic.cuh"
 #include "gemm/gemm_epilogue.cuh"
 #include "gemm/gemm_mainloop.cuh"
 #include "ptx/sync.cuh"
@@ -174,31 +175,21 @@ MM_DEVICE mm_gemm_smem mm_fused_view_l2(const mm_gemm_smem& sm) {
  * binary searches and 64-bit divisions, microseconds per task in 40
  * registers) and hands it to the math and copy warps through
  * MM_GEMM_TILE_RING entries of shared memory, with the engine's tile-id
- * barriers (gemm_cfg.cuh): the producer waits tile_empty[s], writes the
+ * barriers and protocol (gemm_dynamic.cuh, mm_gemm_ring_*): the producer waits tile_empty[s], writes the
  * entry, arrives tile_full[s] (release); every reading warp waits
  * tile_full[s] (acquire), reads, and its lane 0 arrives tile_empty[s]. The
  * math warps thus start each tile's mainloop without decoding anything. A
  * task with gemm = -1 ends the sequence. */
 MM_DEVICE bool mm_fused_publish_task(mm_fused_cta& c, const mm_gemm_problem& p, uint32_t j, const mm_fused_task& t) {
-  const uint32_t s = j % MM_GEMM_TILE_RING, parity = (j / MM_GEMM_TILE_RING) & 1u;
-  if (!mm_gemm_wait(c.sm, c.sm.tile_empty + 8 * s, parity ^ 1u, p)) return false;
-  c.ring[s] = t;
-  mm_mbar_arrive(c.sm.tile_full + 8 * s);
-  return true;
+  return mm_gemm_ring_publish(c.sm, p, j, c.ring, t);
 }
 
-/* Every thread of a reading warp: the j-th task into *t. False when the wait
- * gave up in any lane of the warp (t->gemm = -1 then): one answer per warp,
- * since each lane waits on its own and a partial give-up would split the
- * warp before the aligned barriers that follow. */
-MM_DEVICE bool mm_fused_read_task(const mm_fused_cta& c, const mm_gemm_problem& p, uint32_t j, mm_fused_task* t) {
-  const uint32_t s = j % MM_GEMM_TILE_RING, parity = (j / MM_GEMM_TILE_RING) & 1u;
-  const bool ok = __all_sync(0xffffffffu, mm_gemm_wait(c.sm, c.sm.tile_full + 8 * s, parity, p));
-  if (ok) *t = c.ring[s];
-  else t->gemm = -1;
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0) mm_mbar_arrive(c.sm.tile_empty + 8 * s);
-  return ok;
+/* Every thread of a reading warp: the j-th task into *t (gemm = -1 when the
+ * wait gave up: one answer per warp, mm_gemm_ring_read). */
+MM_DEVICE bool mm_fused_read_task(const mm_gemm_smem& sm, const mm_fused_task* ring, const mm_gemm_problem& p,
+                                  uint32_t j, mm_fused_task* t) {
+  t->gemm = -1;
+  return mm_gemm_ring_read(sm, p, j, ring, t);
 }
 
 /* ---- Producer (warp 8, lane 0) ------------------------------------------- */
@@ -287,7 +278,7 @@ MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, int32_t* l1_done, mm_
 }
 
 template <class T1, class T2>
-MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_cta& c, const mm_gemm_smem& sm,
+MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, const mm_gemm_smem& sm,
                              const mm_fused_stream* s, int32_t* l1_done, const mm_gemm_problem& p1,
                              const mm_gemm_problem& p2, int wg) {
   const mm_gemm_smem sm1 = mm_fused_view_l1<T1>(sm), sm2 = mm_fused_view_l2<T2>(sm);
@@ -309,7 +300,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_cta& c, cons
   };
   for (uint32_t j = 0;; ++j) {
     mm_fused_task task;
-    const bool got = mm_fused_read_task(c, p1, j, &task);
+    const bool got = mm_fused_read_task(sm, ring, p1, j, &task);
     /* One decision for the 256 math threads (a wait that gave up in some). */
     if (!mm_gemm_math_vote_ok(sm1, got)) return;
     lap(MM_TL_MATH_TASK);
@@ -360,7 +351,7 @@ MM_DEVICE void mm_fused_copy(const mm_layer_view& L, const mm_fused_cta& c, cons
   uint32_t j = 0; /* L2 tiles of this CTA so far: the hand-off's index */
   for (uint32_t k = 0;; ++k) {
     mm_fused_task task; /* every task of the ring: this warp is one of its readers */
-    const bool got = mm_fused_read_task(c, p2, k, &task);
+    const bool got = mm_fused_read_task(c.sm, c.ring, p2, k, &task);
     /* One decision for all copy warps (a give-up in one warp, while another
      * read the task, would leave the other alone at the copy barrier). */
     if (mm_named_barrier_or(MM_GEMM_BAR_COPY, MM_FUSED_COPY_THREADS, !got)) break;
@@ -565,31 +556,13 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_setmaxnreg_inc<MM_GEMM_TAIL_REGS>();
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
-    mm_fused_math<T1, T2>(L, ctl, sm, s, l1_done, p1, p2, warp >> 2);
+    mm_fused_math<T1, T2>(L, ctl.ring, sm, s, l1_done, p1, p2, warp >> 2);
     mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
     mm_named_barrier_arrive(MM_FUSED_BAR_REGS, MM_GEMM_THREADS); /* the registers are free */
   }
 
-  /* E. Every thread's combine stores (to peers over NVLink) before the grid
-   * barrier; CTA 0's release of barrier 1 is then cumulative over them. */
-  __threadfence_system();
-  mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
-  const mm_wait_ctx gctx = mm_persistent_grid_ctx(L);
-  bool ok = mm_grid_barrier(gb, gctx);
-  if (tid == 0) mm_tl_stamp(L, MM_TL_PUSHED);
-  if (ok && blockIdx.x == 0 && tid < 32)
-    mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 1), MM_SITE_BARRIER_COMBINE);
-  /* After barrier 1 every peer's rows for this rank's tokens have landed. */
-  if (ok) ok = mm_grid_barrier(gb, gctx);
-  if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED);
-  if (ok && !mm_failed(st)) mm_reduce_tokens(L, F, warp, MM_GEMM_THREADS / 32);
-  if (L.timeline) {
-    __syncthreads(); /* every warp's reductions, then the stamp */
-    if (tid == 0) mm_tl_stamp(L, MM_TL_REDUCED);
-  }
-  /* Every CTA, whatever happened: the forward's end (its arrival count must
-   * see every CTA once, or the next forward's number would move early). */
-  mm_forward_end(L);
+  /* E. Barrier 1 and the reduction (route/route_phases.cuh). */
+  mm_persistent_combine_tail(L, F, warp, MM_GEMM_THREADS / 32);
 }
 
 #endif

@@ -25,24 +25,41 @@
 #include "gemm/gemm_epilogue.cuh"
 #include "gemm/gemm_kernel.cuh"
 
-/* Producer side: publishes tile id t as the j-th id. False when it gave up. */
-MM_DEVICE bool mm_gemm_publish_tile_id(const mm_gemm_smem& sm, const mm_gemm_problem& p, uint32_t j, int t) {
+/* The ring's protocol for any entry type (slots: MM_GEMM_TILE_RING entries
+ * in shared memory; the tile ids here, the fused arm's decoded tasks).
+ * Producer side: publishes v as the j-th entry. False when it gave up. */
+template <class T>
+MM_DEVICE bool mm_gemm_ring_publish(const mm_gemm_smem& sm, const mm_gemm_problem& p, uint32_t j, T* slots,
+                                    const T& v) {
   const uint32_t s = j % MM_GEMM_TILE_RING, parity = (j / MM_GEMM_TILE_RING) & 1u;
   if (!mm_gemm_wait(sm, sm.tile_empty + 8 * s, parity ^ 1u, p)) return false;
-  sm.tile_ids[s] = t;
+  slots[s] = v;
   mm_mbar_arrive(sm.tile_full + 8 * s);
   return true;
 }
 
-/* Reader side, every thread of a reading warp: the j-th id into *t. False
- * when the wait gave up (*t = -1 then). */
-MM_DEVICE bool mm_gemm_read_tile_id(const mm_gemm_smem& sm, const mm_gemm_problem& p, uint32_t j, int* t) {
+/* Reader side, every thread of a reading warp: the j-th entry into *out
+ * (untouched when the wait gave up). False when it gave up in any lane: one
+ * answer per warp, since each lane waits on its own and a partial give-up
+ * would split the warp before the aligned barriers that follow. */
+template <class T>
+MM_DEVICE bool mm_gemm_ring_read(const mm_gemm_smem& sm, const mm_gemm_problem& p, uint32_t j, const T* slots,
+                                 T* out) {
   const uint32_t s = j % MM_GEMM_TILE_RING, parity = (j / MM_GEMM_TILE_RING) & 1u;
-  const bool ok = mm_gemm_wait(sm, sm.tile_full + 8 * s, parity, p);
-  *t = ok ? sm.tile_ids[s] : -1;
+  const bool ok = __all_sync(0xffffffffu, mm_gemm_wait(sm, sm.tile_full + 8 * s, parity, p));
+  if (ok) *out = slots[s];
   __syncwarp();
   if ((threadIdx.x & 31) == 0) mm_mbar_arrive(sm.tile_empty + 8 * s);
   return ok;
+}
+
+/* The tile ids: t as the j-th id; the j-th id into *t (-1 when it gave up). */
+MM_DEVICE bool mm_gemm_publish_tile_id(const mm_gemm_smem& sm, const mm_gemm_problem& p, uint32_t j, int t) {
+  return mm_gemm_ring_publish(sm, p, j, const_cast<int32_t*>(sm.tile_ids), (int32_t)t);
+}
+MM_DEVICE bool mm_gemm_read_tile_id(const mm_gemm_smem& sm, const mm_gemm_problem& p, uint32_t j, int* t) {
+  *t = -1;
+  return mm_gemm_ring_read(sm, p, j, const_cast<const int32_t*>(sm.tile_ids), t);
 }
 
 /* The producer thread: claims, publishes, loads, until no tile is left or a

@@ -92,11 +92,7 @@ const tile_desc kTiles[MM_GEMM_TILE_COUNT] = {
 
 /* Pipeline stages at most: MM_GEMM_MAX_STAGES, or the diagnostic override
  * MEGAMOE_GEMM_STAGES (2..8, for the benchmark's stage sweep). */
-int max_stages() {
-  const char* e = getenv("MEGAMOE_GEMM_STAGES");
-  const int v = e ? atoi(e) : 0;
-  return v >= MM_GEMM_MIN_STAGES && v <= MM_GEMM_MAX_STAGES ? v : MM_GEMM_MAX_STAGES;
-}
+int max_stages() { return mm_env_int("MEGAMOE_GEMM_STAGES", MM_GEMM_MIN_STAGES, MM_GEMM_MAX_STAGES, MM_GEMM_MAX_STAGES); }
 
 const tile_desc* tile_of(mm_gemm_tile t) {
   return (t > MM_GEMM_TILE_AUTO && t < MM_GEMM_TILE_COUNT) ? &kTiles[t] : nullptr;

@@ -113,4 +113,33 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
   return true;
 }
 
+/* Phase E of the persistent arms' last kernel (split kernel 2, the fused
+ * kernel), every thread of every CTA, after its combine stores: grid
+ * barrier, CTA 0's all-rank barrier 1, grid barrier, this CTA's share of the
+ * reduction (warp `warp` of the CTA's `warps`), the end of the forward. */
+MM_DEVICE void mm_persistent_combine_tail(const mm_layer_view& L, const mm_forward_view& F, int warp, int warps) {
+  mm_device_status* st = mm_status(L);
+  const int tid = threadIdx.x;
+  /* Every thread's combine stores (to peers over NVLink) before the grid
+   * barrier; CTA 0's release of barrier 1 is then cumulative over them. */
+  __threadfence_system();
+  mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
+  const mm_wait_ctx gctx = mm_persistent_grid_ctx(L);
+  bool ok = mm_grid_barrier(gb, gctx);
+  if (tid == 0) mm_tl_stamp(L, MM_TL_PUSHED);
+  if (ok && blockIdx.x == 0 && tid < 32)
+    mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 1), MM_SITE_BARRIER_COMBINE);
+  /* After barrier 1 every peer's rows for this rank's tokens have landed. */
+  if (ok) ok = mm_grid_barrier(gb, gctx);
+  if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED);
+  if (ok && !mm_failed(st)) mm_reduce_tokens(L, F, warp, warps);
+  if (L.timeline) {
+    __syncthreads(); /* every warp's reductions, then the stamp */
+    if (tid == 0) mm_tl_stamp(L, MM_TL_REDUCED);
+  }
+  /* Every CTA, whatever happened: the forward's end (its arrival count must
+   * see every CTA once, or the next forward's number would move early). */
+  mm_forward_end(L);
+}
+
 #endif

@@ -114,7 +114,6 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int tid = threadIdx.x;
   const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
   const int lane = tid & 31;
-  mm_device_status* st = mm_status(L);
   if (tid == 0) mm_tl_stamp(L, MM_TL_K2_START);
 
   mm_sched_grouped sched;
@@ -147,25 +146,8 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
   }
 
-  /* Every thread's combine stores (to peers over NVLink) before the grid
-   * barrier; CTA 0's release of barrier 1 is then cumulative over them. */
-  __threadfence_system();
-  mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
-  const mm_wait_ctx gctx = mm_persistent_grid_ctx(L);
-  bool ok = mm_grid_barrier(gb, gctx);
-  if (tid == 0) mm_tl_stamp(L, MM_TL_PUSHED);
-  if (ok && blockIdx.x == 0) {
-    if (tid < 32) mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 1), MM_SITE_BARRIER_COMBINE);
-  }
-  /* After barrier 1 every peer's rows for this rank's tokens have landed. */
-  if (ok) ok = mm_grid_barrier(gb, gctx);
-  if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED);
-  if (ok && !mm_failed(st)) mm_reduce_tokens(L, F, warp, MM_GEMM_THREADS / 32);
-  if (L.timeline) {
-    __syncthreads(); /* every warp's reductions, then the stamp */
-    if (tid == 0) mm_tl_stamp(L, MM_TL_REDUCED);
-  }
-  mm_forward_end(L);
+  /* Barrier 1 and the reduction (route/route_phases.cuh). */
+  mm_persistent_combine_tail(L, F, warp, MM_GEMM_THREADS / 32);
 }
 
 #endif
