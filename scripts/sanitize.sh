@@ -134,6 +134,11 @@ count_reports() {
     /^========= ERROR SUMMARY: [0-9]+ error/ {
       flush(); n = $4 + 0; total += n; if (n > 0) bad++; next
     }
+    # racecheck closes with "RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"
+    # instead of an ERROR SUMMARY line: its error count is the number after "(".
+    /^========= RACECHECK SUMMARY: / {
+      flush(); s = $0; sub(/.*\(/, "", s); n = s + 0; total += n; if (n > 0) bad++; next
+    }
     /^========= [^ ]/ && !/SUMMARY|COMPUTE-SANITIZER|Target application|terminate/ {
       flush(); rec = $0; head = substr($0, 11); next
     }

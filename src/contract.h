@@ -93,6 +93,9 @@ enum mm_timeline_event {
   MM_TL_MATH_L1_EPI,     /* L1 epilogues (SwiGLU, quantization, stores) and L1_DONE publications */
   MM_TL_MATH_L2,         /* L2 mainloops */
   MM_TL_MATH_L2_EPI,     /* L2 staging for the copy warps (with the wait for the previous tile's copy) */
+  MM_TL_MATH_VOTE,       /* the math threads' vote after each task read (the other warpgroup's previous tile) */
+  MM_TL_PROD_PUBLISH,    /* duration: the producer's waits for a free task-ring entry (fused) */
+  MM_TL_PROD_LOADS,      /* duration: the producer's tile loads, mostly waits for free pipeline stages (fused) */
   MM_TL_EVENTS
 };
 #define MM_TL_MAX_CTAS 256

@@ -290,6 +290,30 @@ MM_HOST_DEVICE void mm_fused_task_at(const mm_fused_stream* s, int64_t t, mm_fus
   else mm_fused_gemm_task(s, 1, mm_fused_tasks_before(s, 1, lo2) + off - count1, task);
 }
 
+/* A task in 8 bytes, for a CTA's list of its own tasks decoded ahead
+ * (decoding one costs its producer thread microseconds): gemm in bit 63,
+ * the local expert in bits 48-62, m in bits 22-47, n in bits 0-21. A task
+ * whose fields do not fit packs to MM_FUSED_TASK_UNPACKED (decode it
+ * again); the rest of the task follows from the stream. */
+#define MM_FUSED_TASK_UNPACKED (~(uint64_t)0)
+MM_HOST_DEVICE uint64_t mm_fused_task_pack(const mm_fused_task* t) {
+  if (t->expert < 0 || t->expert >= (1 << 15) || t->m < 0 || t->m >= (1 << 26) || t->n < 0 || t->n >= (1 << 22))
+    return MM_FUSED_TASK_UNPACKED;
+  return ((uint64_t)(t->gemm != 0) << 63) | ((uint64_t)t->expert << 48) | ((uint64_t)t->m << 22) | (uint64_t)t->n;
+}
+MM_HOST_DEVICE void mm_fused_task_unpack(const mm_fused_stream* s, uint64_t w, mm_fused_task* t) {
+  const int gemm = (int)(w >> 63);
+  const int32_t e = (int32_t)((w >> 48) & 0x7fffu), m = (int32_t)((w >> 22) & 0x3ffffffu), bm = s->bm[gemm];
+  t->gemm = gemm;
+  t->expert = e;
+  t->m = m;
+  t->n = (int32_t)(w & 0x3fffffu);
+  t->unit = s->unit_start[e] + m / (MM_FUSED_UNIT_ROWS / bm);
+  t->row0 = m * bm;
+  t->rows = s->rows[e] - t->row0 < bm ? s->rows[e] - t->row0 : bm;
+  t->block0 = s->block_start[e] + t->row0 / MM_FUSED_BLOCK_ROWS;
+}
+
 /* Valid rows of virtual block b (b < blocks). */
 MM_HOST_DEVICE int32_t mm_fused_block_rows(const mm_fused_stream* s, int64_t b) {
   const int32_t e = mm_fused_find(s->block_start, s->experts, b);

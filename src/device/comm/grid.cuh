@@ -37,13 +37,12 @@
  * recorded), the deadline, and an optional abort flag (another role gave up:
  * return false at once, nothing recorded); ctx.site is ignored. */
 MM_DEVICE bool mm_grid_barrier(mm_grid_barrier_state* gb, const mm_wait_ctx& ctx) {
-  __shared__ int s_passed;
   __syncthreads(); /* every thread's earlier writes precede thread 0's arrival */
+  int passed = 1; /* thread 0's answer; the other threads vote 1 */
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
     const uint32_t ctas = gridDim.x * gridDim.y * gridDim.z;
     const uint32_t gen = mm_ld_relaxed_gpu_u32(&gb->generation);
     const uint32_t before = mm_atom_add_acq_rel_gpu_u32(&gb->arrived, 1u);
-    int passed = 1;
     if (before + 1 == ctas) {
       mm_st_relaxed_gpu_u32(&gb->arrived, 0u);
       mm_st_release_gpu_u32(&gb->generation, gen + 1);
@@ -71,12 +70,11 @@ MM_DEVICE bool mm_grid_barrier(mm_grid_barrier_state* gb, const mm_wait_ctx& ctx
         }
       }
     }
-    s_passed = passed;
   }
-  __syncthreads(); /* hands thread 0's acquire (and the answer) to the CTA */
-  const bool passed = s_passed != 0;
-  __syncthreads(); /* s_passed is reused by the next call */
-  return passed;
+  /* A CTA barrier that also hands thread 0's answer to every thread (bar.red
+   * orders memory as bar.sync does): it hands thread 0's acquire to the CTA.
+   * No shared word carries the answer, so nothing is reused across calls. */
+  return __syncthreads_and(passed) != 0;
 }
 
 #endif

@@ -192,16 +192,14 @@ MM_DEVICE void mm_cta_publish_add(int32_t* counter, int32_t add) {
 template <bool kSys, bool kAsyncReader>
 MM_DEVICE bool mm_cta_wait_counter_geq(const int32_t* counter, int32_t target, const mm_wait_ctx& ctx,
                                        int detail) {
-  __shared__ int s_reached;
+  int reached = 1; /* thread 0's answer; the other threads vote 1 */
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-    const bool ok = mm_wait_counter_geq<kSys>(counter, target, ctx, detail);
+    reached = mm_wait_counter_geq<kSys>(counter, target, ctx, detail) ? 1 : 0;
     if (kAsyncReader) mm_fence_proxy_async_global();
-    s_reached = ok ? 1 : 0;
   }
-  __syncthreads();
-  const bool reached = s_reached != 0;
-  __syncthreads(); /* s_reached is reused by the next call */
-  return reached;
+  /* The CTA barrier (bar.red orders memory as bar.sync does) also hands
+   * thread 0's answer to every thread. */
+  return __syncthreads_and(reached) != 0;
 }
 
 #endif

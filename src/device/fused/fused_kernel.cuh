@@ -76,7 +76,16 @@ static_assert(MM_FUSED_COPY_WARPS >= 1 && MM_FUSED_PULL_WARPS >= 1, "the produce
  * to 16 too): a release per row is a gpu-scope fence per 4 KB row, and with
  * one pull warp per SM the producers waited ~125 us per CTA for pulled rows
  * at 2048 tokens (docs/PERF.md, fused arm v1). */
+#ifndef MM_FUSED_PULL_CHUNK
 #define MM_FUSED_PULL_CHUNK 16
+#endif
+/* A CTA's first tasks (stride order), decoded ahead by the whole CTA before
+ * the roles start and read back by the producer (fused.h,
+ * mm_fused_task_pack): decoding one task costs the producer thread ~5-10 us
+ * under its 40 registers, during which the math warps waited for it (1.0 ms
+ * per CTA summed at 8192 tokens, EP1; docs/PERF.md). Tasks past these are
+ * decoded by the producer as before. */
+#define MM_FUSED_TASK_CACHE 256
 /* Named barrier where the producer warpgroup waits, without spinning, for
  * the math warpgroups to give back their registers (below). */
 #define MM_FUSED_BAR_REGS 5
@@ -114,6 +123,13 @@ struct mm_fused_tiles {
  * (which covers the grid barrier's and other helpers' words). */
 #define MM_FUSED_STATIC_SMEM 512u
 
+/* Where the task cache starts in the scheduler area: after the copy warps'
+ * row destinations (C2::BM pointers) and the stream, 8-byte aligned. */
+template <class C2>
+static inline __host__ __device__ uint32_t mm_fused_task_cache_offset(int experts) {
+  return ((uint32_t)C2::BM * 8u + mm_fused_stream_smem_bytes(experts) + 7u) / 8u * 8u;
+}
+
 /* The kernel's shared memory: the engine's layout (gemm_cfg.cuh) with one
  * stage of kStage bytes (stage_b = 0: B lives inside the stage), the L2
  * tile's staging area, the xwg area of the L1 epilogue's amax exchange, and
@@ -125,7 +141,7 @@ static inline __host__ __device__ mm_gemm_layout mm_fused_layout(int experts) {
   using P = mm_fused_tiles<C1, C2>;
   /* + the kernel's static shared memory beyond the 256 B the engine's
    * layout keeps for it (mm_fused_cta, the task ring: static_assert below). */
-  const uint32_t extra = (uint32_t)C2::BM * 8u + mm_fused_stream_smem_bytes(experts) + MM_FUSED_STATIC_SMEM;
+  const uint32_t extra = mm_fused_task_cache_offset<C2>(experts) + MM_FUSED_TASK_CACHE * 8u + MM_FUSED_STATIC_SMEM;
   return mm_gemm_layout_make(P::kStage, 0, P::kStageSF, C2::kStagingBytes, P::kBM, extra, MM_GEMM_MAX_STAGES);
 }
 
@@ -143,6 +159,7 @@ struct mm_fused_cta {
   int32_t* l1_done;
   int32_t* l2_done;
   int32_t* claim;            /* the grid's task counter (order.dynamic_claim), or NULL: tasks by stride */
+  const uint64_t* cache;     /* this CTA's first MM_FUSED_TASK_CACHE tasks, packed (stride order), or NULL */
 };
 
 static_assert(sizeof(mm_fused_cta) + 64 <= MM_FUSED_STATIC_SMEM, "the fused kernel's static shared memory is reserved");
@@ -213,7 +230,9 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
                                 const CUtensorMap* tm_sf2, const mm_gemm_problem& p1, const mm_gemm_problem& p2) {
   const mm_fused_stream* s = c.s;
   mm_gemm_pipe pipe = {0u, 0u};
-  uint64_t waited[2] = {0, 0}; /* timeline: ns in the counter waits, per GEMM */
+  /* timeline: ns in the counter waits per GEMM; with MM_FUSED_MATH_TIMELINE
+   * also in the task publications and the tile loads */
+  uint64_t waited[4] = {};
   bool first[2] = {true, true};
   uint32_t j = 0;
   /* Tasks in stream order: by stride, or claimed from the grid's counter (a
@@ -221,10 +240,14 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
    * earlier in the stream, so from tasks claimed before it). */
   for (int64_t t = c.claim ? atomicAdd(c.claim, 1) : blockIdx.x;; t = c.claim ? atomicAdd(c.claim, 1) : t + gridDim.x) {
     mm_fused_task task;
-    if (t < s->tasks) mm_fused_task_at(s, t, &task);
-    else task.gemm = -1; /* the end of the sequence */
+    if (t >= s->tasks) task.gemm = -1; /* the end of the sequence */
+    else if (c.cache && j < MM_FUSED_TASK_CACHE && c.cache[j] != MM_FUSED_TASK_UNPACKED)
+      mm_fused_task_unpack(s, c.cache[j], &task); /* the j-th task of this CTA, decoded ahead */
+    else mm_fused_task_at(s, t, &task);
+    const uint64_t tp = MM_FUSED_MATH_TIMELINE ? mm_tl_now(L) : 0;
     if (!mm_fused_publish_task(c, p1, j++, task) || task.gemm < 0) break;
     const uint64_t t0 = mm_tl_now(L);
+    if (MM_FUSED_MATH_TIMELINE) waited[2] += t0 - tp;
     bool ok;
     if (task.gemm == 0) {
       /* The block's rows pulled into its slot. */
@@ -232,14 +255,18 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
       ok = mm_fused_wait_blocks(sm1, p1, s, c.pulled, MM_FUSED_PULLED, task);
       waited[0] += mm_tl_now(L) - t0;
+      const uint64_t tl = MM_FUSED_MATH_TIMELINE ? mm_tl_now(L) : 0;
       ok = ok && mm_gemm_produce_tile_loads<T1>(sm1, pipe, tm_a1, tm_b1, tm_sf1, p1, ti);
+      if (MM_FUSED_MATH_TIMELINE) waited[3] += mm_tl_now(L) - tl;
     } else {
       /* Every L1 tile of the blocks written (their fp8 rows and scales). */
       const mm_gemm_smem sm2 = mm_fused_view_l2<T2>(c.sm);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
       ok = mm_fused_wait_blocks(sm2, p2, s, c.l1_done, MM_FUSED_L1_DONE, task);
       waited[1] += mm_tl_now(L) - t0;
+      const uint64_t tl = MM_FUSED_MATH_TIMELINE ? mm_tl_now(L) : 0;
       ok = ok && mm_gemm_produce_tile_loads<T2>(sm2, pipe, tm_a2, tm_b2, tm_sf2, p2, ti);
+      if (MM_FUSED_MATH_TIMELINE) waited[3] += mm_tl_now(L) - tl;
     }
     if (!ok) break; /* the abort word is set: the other roles leave too */
     if (first[task.gemm]) mm_tl_stamp(L, task.gemm == 0 ? MM_TL_L1_FIRST_TILE : MM_TL_K2_START);
@@ -248,6 +275,10 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
   }
   mm_tl_add(L, MM_TL_WAIT_PULLED, waited[0]);
   mm_tl_add(L, MM_TL_WAIT_L1_DONE, waited[1]);
+#if MM_FUSED_MATH_TIMELINE
+  mm_tl_add(L, MM_TL_PROD_PUBLISH, waited[2]);
+  mm_tl_add(L, MM_TL_PROD_LOADS, waited[3]);
+#endif
 }
 
 /* ---- Math warpgroups (warps 0-7) ------------------------------------------ */
@@ -290,7 +321,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
    * make BUILD=build_tl NVCC="nvcc -DMM_FUSED_MATH_TIMELINE=1" build_tl/megamoe,
    * then MEGAMOE_TIMELINE=1 build_tl/megamoe bench --arms fused. */
   const bool timed = MM_FUSED_MATH_TIMELINE && L.timeline != nullptr && threadIdx.x == 0;
-  uint64_t spent[MM_TL_MATH_L2_EPI - MM_TL_MATH_TASK + 1] = {};
+  uint64_t spent[MM_TL_MATH_VOTE - MM_TL_MATH_TASK + 1] = {};
   uint64_t t_mark = timed ? mm_globaltimer_ns() : 0;
   auto lap = [&](int event) {
     if (!timed) return;
@@ -301,9 +332,10 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
   for (uint32_t j = 0;; ++j) {
     mm_fused_task task;
     const bool got = mm_fused_read_task(sm, ring, p1, j, &task);
+    lap(MM_TL_MATH_TASK);
     /* One decision for the 256 math threads (a wait that gave up in some). */
     if (!mm_gemm_math_vote_ok(sm1, got)) return;
-    lap(MM_TL_MATH_TASK);
+    lap(MM_TL_MATH_VOTE);
     if (task.gemm < 0) break;
     if (task.gemm == 0) {
       /* The deferral needs this tile's pulls not to wait, through the ring
@@ -340,7 +372,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
   }
   mm_fused_publish_l1(L, l1_done, pend);
   if (timed)
-    for (int e = MM_TL_MATH_TASK; e <= MM_TL_MATH_L2_EPI; ++e) mm_tl_add(L, e, spent[e - MM_TL_MATH_TASK]);
+    for (int e = MM_TL_MATH_TASK; e <= MM_TL_MATH_VOTE; ++e) mm_tl_add(L, e, spent[e - MM_TL_MATH_TASK]);
 }
 
 /* ---- Copy warps (MM_FUSED_COPY_WARP0 on) ----------------------------------------------------- */
@@ -522,6 +554,17 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     uint8_t* stream_smem = sm.sched + (uint32_t)C2::BM * 8u; /* after the copy warps' row destinations */
     s = mm_fused_stream_build_cta(stream_smem, mm_ws<int32_t>(L, MM_WS_POOL_COUNT), order, L.local_experts, C1::BM,
                                   C2::BM, p1.n / C1::BN, p2.n / C2::BN);
+    /* The CTA's first tasks in the stride order, one per thread, for the
+     * producer (MM_FUSED_TASK_CACHE); the barrier below publishes them. */
+    uint64_t* cache = reinterpret_cast<uint64_t*>(sm.sched + mm_fused_task_cache_offset<C2>(L.local_experts));
+    if (!order.dynamic_claim)
+      for (int k = tid; k < MM_FUSED_TASK_CACHE; k += MM_GEMM_THREADS) {
+        const int64_t t = blockIdx.x + (int64_t)k * gridDim.x;
+        if (t >= s->tasks) break;
+        mm_fused_task task;
+        mm_fused_task_at(s, t, &task);
+        cache[k] = mm_fused_task_pack(&task);
+      }
     if (tid == 0) {
       int32_t* counters = mm_ws<int32_t>(L, MM_WS_BLOCK_COUNTERS);
       ctl.sm = sm;
@@ -530,6 +573,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       ctl.l1_done = l1_done;
       ctl.l2_done = counters + mm_fused_counter_index(L.virtual_blocks, fwd, MM_FUSED_L2_DONE, 0);
       ctl.claim = order.dynamic_claim ? mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) : nullptr;
+      ctl.cache = order.dynamic_claim ? nullptr : cache;
     }
     __syncthreads();
   }
