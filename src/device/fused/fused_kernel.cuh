@@ -79,6 +79,18 @@ static_assert(MM_FUSED_COPY_WARPS >= 1 && MM_FUSED_PULL_WARPS >= 1, "the produce
 #ifndef MM_FUSED_PULL_CHUNK
 #define MM_FUSED_PULL_CHUNK 16
 #endif
+/* The register split of the roles (setmaxnreg, multiples of 8; 2 x 128 x
+ * math + 128 x producer = 64512, the CTA's pool at launch). The fused
+ * producer warpgroup runs the producer, copy and pull roles at once and
+ * spilled ~560 B under the engine's 40 (ncu: 22x the split L1 kernel's
+ * local-memory requests); overridable to measure the trade. */
+#ifndef MM_FUSED_PRODUCER_REGS
+#define MM_FUSED_PRODUCER_REGS MM_GEMM_PRODUCER_REGS
+#endif
+#define MM_FUSED_MATH_REGS ((64512 / 128 - MM_FUSED_PRODUCER_REGS) / 2)
+static_assert(MM_FUSED_PRODUCER_REGS % 8 == 0 && MM_FUSED_MATH_REGS % 8 == 0 &&
+                  2 * MM_FUSED_MATH_REGS + MM_FUSED_PRODUCER_REGS == 64512 / 128,
+              "setmaxnreg: multiples of 8 that fill the CTA's register pool");
 /* A CTA's first tasks (stride order), decoded ahead by the whole CTA before
  * the roles start and read back by the producer (fused.h,
  * mm_fused_task_pack): decoding one task costs the producer thread ~5-10 us
@@ -147,7 +159,7 @@ static inline __host__ __device__ mm_gemm_layout mm_fused_layout(int experts) {
 
 /* What the producer warpgroup's roles share, in static shared memory
  * (written by thread 0 before the roles start). They run under
- * MM_GEMM_PRODUCER_REGS registers after setmaxnreg.dec: every value live
+ * MM_FUSED_PRODUCER_REGS registers after setmaxnreg.dec: every value live
  * across that instruction must fit them, so they take their context from
  * here after it (mm_fused_role_ctx) instead of from registers. (The math
  * warpgroups only gain registers: they keep theirs.) */
@@ -580,7 +592,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   if (warp >= 8) {
     /* setmaxnreg moves registers inside the CTA's pool (168 x 384 at launch):
      * the math warpgroups' 232 need exactly what 40 here frees. */
-    mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
+    mm_setmaxnreg_dec<MM_FUSED_PRODUCER_REGS>();
     mm_fused_role_ctx();
     if (warp == MM_FUSED_PRODUCER_WARP) {
       if (lane == 0) mm_fused_produce<T1, T2>(L, ctl, &tm_a1, &tm_b1, &tm_sf1, &tm_a2, &tm_b2, &tm_sf2, p1, p2);
@@ -599,7 +611,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_named_barrier_sync(MM_FUSED_BAR_REGS, MM_GEMM_THREADS);
     mm_setmaxnreg_inc<MM_GEMM_TAIL_REGS>();
   } else {
-    mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
+    mm_setmaxnreg_inc<MM_FUSED_MATH_REGS>();
     mm_fused_math<T1, T2>(L, ctl.ring, sm, s, l1_done, p1, p2, warp >> 2);
     mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
     mm_named_barrier_arrive(MM_FUSED_BAR_REGS, MM_GEMM_THREADS); /* the registers are free */
