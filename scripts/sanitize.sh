@@ -130,14 +130,19 @@ count_reports() {
       }
       rec = ""
     }
-    FNR == 1 { flush(); procs++ }
-    /^========= ERROR SUMMARY: [0-9]+ error/ {
-      flush(); n = $4 + 0; total += n; if (n > 0) bad++; next
+    # One error count per log: its ERROR SUMMARY, or the racecheck line "RACECHECK
+    # SUMMARY: 1 hazard displayed (1 error, 0 warnings)" (the number after
+    # "("), which racecheck prints instead; a log with both counts once.
+    function count(n) {
+      if (counted >= 0) { total -= counted; if (counted > 0) bad-- }
+      counted = n; total += n; if (n > 0) bad++
     }
-    # racecheck closes with "RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"
-    # instead of an ERROR SUMMARY line: its error count is the number after "(".
+    FNR == 1 { flush(); procs++; counted = -1; race = 0 }
+    /^========= ERROR SUMMARY: [0-9]+ error/ {
+      flush(); if (!race) count($4 + 0); next
+    }
     /^========= RACECHECK SUMMARY: / {
-      flush(); s = $0; sub(/.*\(/, "", s); n = s + 0; total += n; if (n > 0) bad++; next
+      flush(); s = $0; sub(/.*\(/, "", s); count(s + 0); race = 1; next
     }
     /^========= [^ ]/ && !/SUMMARY|COMPUTE-SANITIZER|Target application|terminate/ {
       flush(); rec = $0; head = substr($0, 11); next

@@ -88,7 +88,7 @@ enum mm_timeline_event {
   MM_TL_WAIT_SLOT,       /* duration: the pull warps' waits for a free ring slot, summed over warps (fused) */
   MM_TL_WAIT_COPY,       /* duration: the copy warp's waits for its rows' pull (fused) */
   /* Durations of the math warps' work (fused; thread 0, so its warpgroup's view): */
-  MM_TL_MATH_TASK,       /* waiting for the next task from the ring, and the vote */
+  MM_TL_MATH_TASK,       /* waiting for the next task from the ring (the vote after it: MM_TL_MATH_VOTE) */
   MM_TL_MATH_L1,         /* L1 mainloops */
   MM_TL_MATH_L1_EPI,     /* L1 epilogues (SwiGLU, quantization, stores) and L1_DONE publications */
   MM_TL_MATH_L2,         /* L2 mainloops */

@@ -294,7 +294,9 @@ MM_HOST_DEVICE void mm_fused_task_at(const mm_fused_stream* s, int64_t t, mm_fus
  * (decoding one costs its producer thread microseconds): gemm in bit 63,
  * the local expert in bits 48-62, m in bits 22-47, n in bits 0-21. A task
  * whose fields do not fit packs to MM_FUSED_TASK_UNPACKED (decode it
- * again); the rest of the task follows from the stream. */
+ * again; so is read the one valid task with every field at its maximum,
+ * which decodes right all the same); the rest of the task follows from the
+ * stream. */
 #define MM_FUSED_TASK_UNPACKED (~(uint64_t)0)
 MM_HOST_DEVICE uint64_t mm_fused_task_pack(const mm_fused_task* t) {
   if (t->expert < 0 || t->expert >= (1 << 15) || t->m < 0 || t->m >= (1 << 26) || t->n < 0 || t->n >= (1 << 22))

@@ -88,11 +88,14 @@ static_assert(MM_FUSED_COPY_WARPS >= 1 && MM_FUSED_PULL_WARPS >= 1, "the produce
 #define MM_FUSED_PRODUCER_REGS MM_GEMM_PRODUCER_REGS
 #endif
 #define MM_FUSED_MATH_REGS ((64512 / 128 - MM_FUSED_PRODUCER_REGS) / 2)
+static_assert(MM_FUSED_PRODUCER_REGS >= 24 && MM_FUSED_PRODUCER_REGS <= MM_GEMM_TAIL_REGS,
+              "setmaxnreg: the producer warpgroup decreases from the launch's 168, the math warpgroups increase");
 static_assert(MM_FUSED_PRODUCER_REGS % 8 == 0 && MM_FUSED_MATH_REGS % 8 == 0 &&
                   2 * MM_FUSED_MATH_REGS + MM_FUSED_PRODUCER_REGS == 64512 / 128,
               "setmaxnreg: multiples of 8 that fill the CTA's register pool");
-/* A CTA's first tasks (stride order), decoded ahead by the whole CTA before
- * the roles start and read back by the producer (fused.h,
+/* At most this many of a CTA's first tasks (stride order; fewer where they
+ * would cost a pipeline stage: mm_fused_task_cache_entries), decoded ahead
+ * by the whole CTA before the roles start and read back by the producer (fused.h,
  * mm_fused_task_pack): decoding one task costs the producer thread ~5-10 us
  * under its 40 registers, during which the math warps waited for it (1.0 ms
  * per CTA summed at 8192 tokens, EP1; docs/PERF.md). Tasks past these are
@@ -149,12 +152,33 @@ static inline __host__ __device__ uint32_t mm_fused_task_cache_offset(int expert
  * not the xwg area, which the L1 epilogue uses at the same time) and the
  * stream (fused_stream.cuh). */
 template <class C1, class C2>
-static inline __host__ __device__ mm_gemm_layout mm_fused_layout(int experts) {
+static inline __host__ __device__ mm_gemm_layout mm_fused_layout_with(int experts, uint32_t cache_entries) {
   using P = mm_fused_tiles<C1, C2>;
-  /* + the kernel's static shared memory beyond the 256 B the engine's
-   * layout keeps for it (mm_fused_cta, the task ring: static_assert below). */
-  const uint32_t extra = mm_fused_task_cache_offset<C2>(experts) + MM_FUSED_TASK_CACHE * 8u + MM_FUSED_STATIC_SMEM;
-  return mm_gemm_layout_make(P::kStage, 0, P::kStageSF, C2::kStagingBytes, P::kBM, extra, MM_GEMM_MAX_STAGES);
+  /* The stage count leaves room for the kernel's static shared memory beyond
+   * the 256 B the engine's layout keeps for it (mm_fused_cta: static_assert
+   * below), but that room is not part of the dynamic request: the static
+   * memory comes on top of it. */
+  const uint32_t extra =
+      mm_fused_task_cache_offset<C2>(experts) + cache_entries * 8u + MM_FUSED_STATIC_SMEM;
+  mm_gemm_layout L = mm_gemm_layout_make(P::kStage, 0, P::kStageSF, C2::kStagingBytes, P::kBM, extra, MM_GEMM_MAX_STAGES);
+  L.bytes -= MM_FUSED_STATIC_SMEM;
+  return L;
+}
+
+/* Tasks the CTA decodes ahead (MM_FUSED_TASK_CACHE): the most of 256, 128,
+ * ..., 0 that costs no pipeline stage (a stage is worth more than the
+ * decode). Host and kernel compute it alike. */
+template <class C1, class C2>
+static inline __host__ __device__ uint32_t mm_fused_task_cache_entries(int experts) {
+  const uint32_t stages = mm_fused_layout_with<C1, C2>(experts, 0).stages;
+  for (uint32_t n = MM_FUSED_TASK_CACHE; n > 0; n /= 2)
+    if (mm_fused_layout_with<C1, C2>(experts, n).stages >= stages) return n;
+  return 0;
+}
+
+template <class C1, class C2>
+static inline __host__ __device__ mm_gemm_layout mm_fused_layout(int experts) {
+  return mm_fused_layout_with<C1, C2>(experts, mm_fused_task_cache_entries<C1, C2>(experts));
 }
 
 /* What the producer warpgroup's roles share, in static shared memory
@@ -171,7 +195,8 @@ struct mm_fused_cta {
   int32_t* l1_done;
   int32_t* l2_done;
   int32_t* claim;            /* the grid's task counter (order.dynamic_claim), or NULL: tasks by stride */
-  const uint64_t* cache;     /* this CTA's first MM_FUSED_TASK_CACHE tasks, packed (stride order), or NULL */
+  const uint64_t* cache;     /* this CTA's first cache_n tasks, packed (stride order), or NULL */
+  uint32_t cache_n;          /* mm_fused_task_cache_entries */
 };
 
 static_assert(sizeof(mm_fused_cta) + 64 <= MM_FUSED_STATIC_SMEM, "the fused kernel's static shared memory is reserved");
@@ -200,9 +225,9 @@ MM_DEVICE mm_gemm_smem mm_fused_view_l2(const mm_gemm_smem& sm) {
 }
 
 /* ---- The task ring ----------------------------------------------------------
- * The producer thread decodes each of the CTA's tasks once (mm_fused_task_at:
- * binary searches and 64-bit divisions, microseconds per task in 40
- * registers) and hands it to the math and copy warps through
+ * The producer thread takes each of the CTA's tasks once (read back from
+ * the task cache, or decoded by mm_fused_task_at: binary searches and
+ * 64-bit divisions, microseconds per task in 40 registers) and hands it to the math and copy warps through
  * MM_GEMM_TILE_RING entries of shared memory, with the engine's tile-id
  * barriers and protocol (gemm_dynamic.cuh, mm_gemm_ring_*): the producer waits tile_empty[s], writes the
  * entry, arrives tile_full[s] (release); every reading warp waits
@@ -253,7 +278,7 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
   for (int64_t t = c.claim ? atomicAdd(c.claim, 1) : blockIdx.x;; t = c.claim ? atomicAdd(c.claim, 1) : t + gridDim.x) {
     mm_fused_task task;
     if (t >= s->tasks) task.gemm = -1; /* the end of the sequence */
-    else if (c.cache && j < MM_FUSED_TASK_CACHE && c.cache[j] != MM_FUSED_TASK_UNPACKED)
+    else if (c.cache && j < c.cache_n && c.cache[j] != MM_FUSED_TASK_UNPACKED)
       mm_fused_task_unpack(s, c.cache[j], &task); /* the j-th task of this CTA, decoded ahead */
     else mm_fused_task_at(s, t, &task);
     const uint64_t tp = MM_FUSED_MATH_TIMELINE ? mm_tl_now(L) : 0;
@@ -569,8 +594,9 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     /* The CTA's first tasks in the stride order, one per thread, for the
      * producer (MM_FUSED_TASK_CACHE); the barrier below publishes them. */
     uint64_t* cache = reinterpret_cast<uint64_t*>(sm.sched + mm_fused_task_cache_offset<C2>(L.local_experts));
+    const int cache_n = (int)mm_fused_task_cache_entries<C1, C2>(L.local_experts);
     if (!order.dynamic_claim)
-      for (int k = tid; k < MM_FUSED_TASK_CACHE; k += MM_GEMM_THREADS) {
+      for (int k = tid; k < cache_n; k += MM_GEMM_THREADS) {
         const int64_t t = blockIdx.x + (int64_t)k * gridDim.x;
         if (t >= s->tasks) break;
         mm_fused_task task;
@@ -586,12 +612,14 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       ctl.l2_done = counters + mm_fused_counter_index(L.virtual_blocks, fwd, MM_FUSED_L2_DONE, 0);
       ctl.claim = order.dynamic_claim ? mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) : nullptr;
       ctl.cache = order.dynamic_claim ? nullptr : cache;
+      ctl.cache_n = (uint32_t)cache_n;
     }
     __syncthreads();
   }
   if (warp >= 8) {
     /* setmaxnreg moves registers inside the CTA's pool (168 x 384 at launch):
-     * the math warpgroups' 232 need exactly what 40 here frees. */
+     * the math warpgroups' MM_FUSED_MATH_REGS need exactly what
+     * MM_FUSED_PRODUCER_REGS here frees. */
     mm_setmaxnreg_dec<MM_FUSED_PRODUCER_REGS>();
     mm_fused_role_ctx();
     if (warp == MM_FUSED_PRODUCER_WARP) {
