@@ -96,6 +96,8 @@ enum mm_timeline_event {
   MM_TL_MATH_VOTE,       /* the math threads' vote after each task read (the other warpgroup's previous tile) */
   MM_TL_PROD_PUBLISH,    /* duration: the producer's waits for a free task-ring entry (fused) */
   MM_TL_PROD_LOADS,      /* duration: the producer's tile loads, mostly waits for free pipeline stages (fused) */
+  MM_TL_MATH_L1_DATA,    /* of the L1 mainloops: waiting for stages' data (-DMM_GEMM_WAIT_TIMER=1 builds) */
+  MM_TL_MATH_L2_DATA,    /* of the L2 mainloops: the same */
   MM_TL_EVENTS
 };
 #define MM_TL_MAX_CTAS 256

@@ -360,11 +360,22 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
   const bool timed = MM_FUSED_MATH_TIMELINE && L.timeline != nullptr && threadIdx.x == 0;
   uint64_t spent[MM_TL_MATH_VOTE - MM_TL_MATH_TASK + 1] = {};
   uint64_t t_mark = timed ? mm_globaltimer_ns() : 0;
+  /* With -DMM_GEMM_WAIT_TIMER=1 also the mainloops' waits for data (the
+   * engine's per-thread wait time, gemm_mainloop.cuh). */
+#if MM_GEMM_WAIT_TIMER
+  uint64_t data_wait[2] = {0, 0}, waited_mark = 0;
+#endif
   auto lap = [&](int event) {
     if (!timed) return;
     const uint64_t now = mm_globaltimer_ns();
     spent[event - MM_TL_MATH_TASK] += now - t_mark;
     t_mark = now;
+#if MM_GEMM_WAIT_TIMER
+    if (const uint64_t* slot = mm_gemm_waited_slot()) {
+      if (event == MM_TL_MATH_L1 || event == MM_TL_MATH_L2) data_wait[event == MM_TL_MATH_L2] += *slot - waited_mark;
+      waited_mark = *slot;
+    }
+#endif
   };
   for (uint32_t j = 0;; ++j) {
     mm_fused_task task;
@@ -410,6 +421,12 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
   mm_fused_publish_l1(L, l1_done, pend);
   if (timed)
     for (int e = MM_TL_MATH_TASK; e <= MM_TL_MATH_VOTE; ++e) mm_tl_add(L, e, spent[e - MM_TL_MATH_TASK]);
+#if MM_GEMM_WAIT_TIMER
+  if (timed) {
+    mm_tl_add(L, MM_TL_MATH_L1_DATA, data_wait[0]);
+    mm_tl_add(L, MM_TL_MATH_L2_DATA, data_wait[1]);
+  }
+#endif
 }
 
 /* ---- Copy warps (MM_FUSED_COPY_WARP0 on) ----------------------------------------------------- */

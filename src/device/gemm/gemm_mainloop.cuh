@@ -77,12 +77,34 @@ MM_DEVICE bool mm_gemm_math_vote_ok(const mm_gemm_smem& sm, bool mine_ok) {
   return !bad;
 }
 
+/* Diagnostic builds only (-DMM_GEMM_WAIT_TIMER=1): the ns each thread of
+ * the first MM_TL_MAX_CTAS CTAs spent in mm_gemm_wait calls that had to wait
+ * (its own slot: no race), read by a role's timeline (the fused math parts:
+ * how much of a mainloop was waiting for its stages' data). */
+#ifndef MM_GEMM_WAIT_TIMER
+#define MM_GEMM_WAIT_TIMER 0
+#endif
+#if MM_GEMM_WAIT_TIMER
+static __device__ uint64_t mm_gemm_waited_ns[MM_TL_MAX_CTAS * MM_GEMM_THREADS];
+MM_DEVICE uint64_t* mm_gemm_waited_slot() {
+  return blockIdx.x < MM_TL_MAX_CTAS && threadIdx.x < MM_GEMM_THREADS
+             ? &mm_gemm_waited_ns[blockIdx.x * MM_GEMM_THREADS + threadIdx.x]
+             : nullptr;
+}
+#endif
+
 /* Waits for a pipeline barrier phase. False when another role gave up, or
  * when twice the deadline passed (recorded as MM_SITE_GEMM_PIPE; the abort
  * word is set so the other roles leave too). Twice: a stage waits at most
  * for the producer's rows-ready wait plus a TMA load, so the producer's own
- * deadline fires first and names the real cause. */
-MM_DEVICE bool mm_gemm_wait(const mm_gemm_smem& sm, uint32_t bar, uint32_t parity, const mm_gemm_problem& p) {
+ * deadline fires first and names the real cause. (The diagnostic build
+ * wraps it in the timed mm_gemm_wait below.) */
+#if MM_GEMM_WAIT_TIMER
+#define MM_GEMM_WAIT_FN mm_gemm_wait_untimed
+#else
+#define MM_GEMM_WAIT_FN mm_gemm_wait
+#endif
+MM_DEVICE bool MM_GEMM_WAIT_FN(const mm_gemm_smem& sm, uint32_t bar, uint32_t parity, const mm_gemm_problem& p) {
   if (mm_mbar_try_wait(bar, parity)) return true;
   if (*sm.abort) return false;
   uint64_t t0 = 0;
@@ -101,6 +123,16 @@ MM_DEVICE bool mm_gemm_wait(const mm_gemm_smem& sm, uint32_t bar, uint32_t parit
     }
   }
 }
+#undef MM_GEMM_WAIT_FN
+#if MM_GEMM_WAIT_TIMER
+MM_DEVICE bool mm_gemm_wait(const mm_gemm_smem& sm, uint32_t bar, uint32_t parity, const mm_gemm_problem& p) {
+  if (mm_mbar_try_wait(bar, parity)) return true;
+  const uint64_t t_wait = mm_globaltimer_ns();
+  const bool got = mm_gemm_wait_untimed(sm, bar, parity, p);
+  if (uint64_t* slot = mm_gemm_waited_slot()) *slot += mm_globaltimer_ns() - t_wait;
+  return got;
+}
+#endif
 
 /* Producer: waits (acquire, the problem's deadline, site GEMM_ROWS_READY)
  * until *counter >= target; gives up on the abort word or an error of this
