@@ -15,7 +15,7 @@ namespace {
 mm_fused_kernel_ref lookup(mm_gemm_tile l1, mm_gemm_tile l2, int a_sf_block2, int experts) {
   if (a_sf_block2 == 128) return mm_fused_lookup_g128(l1, l2, experts);
   if (a_sf_block2 == 64) return mm_fused_lookup_g64(l1, l2, experts);
-  mm_fused_kernel_ref none = {nullptr, {}};
+  mm_fused_kernel_ref none = {nullptr, {}, 0, 0};
   return none;
 }
 
@@ -39,11 +39,26 @@ extern "C" megamoe_status mm_fused_check(mm_gemm_tile l1, mm_gemm_tile l2, int32
   cudaError_t err = cudaGetDevice(&dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (err != cudaSuccess) return mm_fail(MEGAMOE_ERR_CUDA, "fused arm: device query: %s", cudaGetErrorString(err));
-  if ((int64_t)k.layout.bytes > (int64_t)optin)
+  /* The static shared memory comes on top of the dynamic request. */
+  if ((int64_t)k.layout.bytes + MM_FUSED_STATIC_SMEM > (int64_t)optin)
     return mm_fail(MEGAMOE_ERR_UNSUPPORTED_DEVICE,
                    "fused arm: tiles %s (L1) and %s (L2) need %u B of shared memory per block, the device allows %d",
                    mm_gemm_tile_name(l1), mm_gemm_tile_name(l2), k.layout.bytes, optin);
   if (smem_bytes) *smem_bytes = k.layout.bytes;
+  return MEGAMOE_OK;
+}
+
+extern "C" megamoe_status mm_fused_smem_plan_of(mm_gemm_tile l1, mm_gemm_tile l2, int32_t a_sf_block2,
+                                                int32_t experts, mm_fused_smem_plan* plan) {
+  MM_CHECK_NULL(plan, "plan");
+  const mm_fused_kernel_ref k = lookup(l1, l2, a_sf_block2, experts);
+  if (!k.fn) return no_kernel(l1, l2, a_sf_block2);
+  plan->stages = k.layout.stages;
+  plan->stages_no_cache = k.stages_no_cache;
+  plan->cache_entries = k.cache_entries;
+  plan->dynamic_bytes = k.layout.bytes;
+  plan->static_reserve = MM_FUSED_STATIC_SMEM;
+  plan->limit = MM_GEMM_SMEM_LIMIT;
   return MEGAMOE_OK;
 }
 

@@ -30,6 +30,19 @@ extern "C" {
 megamoe_status mm_fused_check(mm_gemm_tile l1, mm_gemm_tile l2, int32_t a_sf_block2, int32_t experts,
                               uint32_t* smem_bytes);
 
+/* The kernel's shared memory for a pair and `experts` local experts (host
+ * arithmetic, no device needed): what mm_fused_check and the launch use. */
+typedef struct mm_fused_smem_plan {
+  uint32_t stages;          /* pipeline stages (0: not even the minimum fits) */
+  uint32_t stages_no_cache; /* the same without the task cache: never more than stages */
+  uint32_t cache_entries;   /* tasks a CTA decodes ahead: 0 or a power of two up to 256 */
+  uint32_t dynamic_bytes;   /* requested at launch */
+  uint32_t static_reserve;  /* counted in the stages, left for the kernel's static shared memory */
+  uint32_t limit;           /* the per-block opt-in maximum the stages are counted against */
+} mm_fused_smem_plan;
+megamoe_status mm_fused_smem_plan_of(mm_gemm_tile l1, mm_gemm_tile l2, int32_t a_sf_block2, int32_t experts,
+                                     mm_fused_smem_plan* plan);
+
 /* Once per pair of plans (when the weights are set): re-encodes their A maps
  * for per-block loads (mm_gemm_plan_a_boxes) and lets the kernel use its
  * shared memory, so a forward only launches. */

@@ -15,6 +15,8 @@
 struct mm_fused_kernel_ref {
   const void* fn;
   mm_gemm_layout layout;
+  uint32_t stages_no_cache; /* the layout's stages without the task cache */
+  uint32_t cache_entries;   /* mm_fused_task_cache_entries */
 };
 
 /* The engine's configs of the split arm's kernels (split_l1.cu, split_l2.cu). */
@@ -32,6 +34,8 @@ mm_fused_kernel_ref mm_fused_kernel_get(int experts) {
   mm_fused_kernel_ref r;
   r.fn = reinterpret_cast<const void*>(&mm_fused_kernel<C1, C2>);
   r.layout = mm_fused_layout<C1, C2>(experts);
+  r.stages_no_cache = mm_fused_layout_with<C1, C2>(experts, 0).stages;
+  r.cache_entries = mm_fused_task_cache_entries<C1, C2>(experts);
   return r;
 }
 
