@@ -56,5 +56,6 @@ extern const mm_test unit_suite_soak[];
 extern const mm_test unit_suite_fuzz_checks[];
 extern const mm_test unit_suite_fault_judge[];
 extern const mm_test unit_suite_fused[];
+extern const mm_test unit_suite_fused_kernel[];
 
 #endif
