@@ -21,7 +21,9 @@
 #include "bench_report.h"
 #include "bench_rng.h"
 #include "cli.h"
+#include "device/fused/fused_arm.h"
 #include "host/layout.h"
+#include "host/plan.h"
 #include "host/procs.h"
 #include "megamoe.h"
 #include "ref.h"
@@ -200,6 +202,19 @@ static int cmd_info(int argc, char** argv) {
              (long long)mm_fused_single_wave_limit(g, c, ranks), g->lag);
     printf("fused counters: %d virtual blocks (the worst case at T_max) x %d counters x %d banks\n",
            g->virtual_blocks, MM_FUSED_COUNTERS, MM_FLAG_BANKS);
+    static const char* const regimes[MM_REGIME_COUNT] = {"decode", "mid", "large"};
+    for (int r = 0; r < MM_REGIME_COUNT; ++r) {
+      mm_gemm_tile t1, t2;
+      mm_fused_smem_plan sp;
+      if (mm_plan_fused_kernel(c, ranks, r, &t1, &t2, &sp) != MEGAMOE_OK) {
+        printf("fused kernel, %s regime: %s\n", regimes[r], megamoe_last_error());
+        continue;
+      }
+      printf("fused kernel, %s regime: L1 %s + L2 %s, %u pipeline stages, %u tasks decoded ahead per CTA, "
+             "%u B of dynamic shared memory (+ %u B kept for static, limit %u)\n",
+             regimes[r], mm_gemm_tile_name(t1), mm_gemm_tile_name(t2), sp.stages, sp.cache_entries, sp.dynamic_bytes,
+             sp.static_reserve, sp.limit);
+    }
   }
   printf("\n");
   printf("%-10s %-16s %16s %16s %8s %12s\n", "space", "region", "offset", "bytes", "align", "MiB");

@@ -122,6 +122,20 @@ megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
   return MEGAMOE_OK;
 }
 
+megamoe_status mm_plan_fused_kernel(const megamoe_config* c, int num_ranks, int r, mm_gemm_tile* l1, mm_gemm_tile* l2,
+                                    mm_fused_smem_plan* smem) {
+  MM_CHECK_NULL(c, "config");
+  MM_CHECK_NULL(l1, "l1");
+  MM_CHECK_NULL(l2, "l2");
+  if (r < 0 || r >= MM_REGIME_COUNT) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "regime = %d: not a regime", r);
+  const int El = c->num_experts / num_ranks;
+  mm_gemm_problem p[MM_ARM_MAX_GEMMS];
+  (void)arm_problems(c, NULL, El, MM_POOL_ROW_ALIGN * (int64_t)El, p);
+  *l1 = pick_tile(c, &p[0], 0, r);
+  *l2 = pick_tile(c, &p[1], 1, r);
+  return mm_fused_smem_plan_of(*l1, *l2, p[1].a_sf_block, El, smem);
+}
+
 megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_layer_view* v, int engine,
                             const uint8_t* w1p, const float* w1p_sf, const uint8_t* w2, const float* w2_sf) {
   memset(plan, 0, sizeof *plan);

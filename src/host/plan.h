@@ -46,6 +46,13 @@ typedef struct mm_plan {
 /* Create-time check of every tile the arm of `config` can pick. */
 megamoe_status mm_plan_check(const megamoe_config* config, int num_ranks);
 
+/* The fused arm's kernel in regime r (config->arm fused): its L1 and L2
+ * tiles and its shared-memory plan (host arithmetic, no device; megamoe
+ * info prints it). */
+typedef struct mm_fused_smem_plan mm_fused_smem_plan;
+megamoe_status mm_plan_fused_kernel(const megamoe_config* config, int num_ranks, int regime, mm_gemm_tile* l1,
+                                    mm_gemm_tile* l2, mm_fused_smem_plan* smem);
+
 /* The GEMM problems and plans of the arm, for the weights given. */
 megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* config, const mm_layer_view* view, int engine,
                             const uint8_t* w1p, const float* w1p_sf, const uint8_t* w2, const float* w2_sf);

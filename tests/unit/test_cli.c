@@ -276,6 +276,11 @@ static mm_test_result test_info_flags_compose(void) {
   RUN(r, "info", "--group", "96");
   CHECK_EQ_INT(r->status, MM_EXIT_USAGE);
   CHECK_HAS(r->err, "MEGAMOE_ERR_BAD_QUANT_GROUP");
+  /* The fused arm: its kernel per regime, tiles and shared memory. */
+  RUN(r, "info", "--arm", "fused", "--model", "flash", "--ranks", "8");
+  CHECK_EQ_INT(r->status, MM_EXIT_OK);
+  CHECK_HAS(r->out, "fused kernel, decode regime: L1 64x256 + L2 64x256, 4 pipeline stages, 256 tasks decoded ahead");
+  CHECK_HAS(r->out, "fused kernel, large regime: L1 64x256 + L2 128x128, 4 pipeline stages, 256 tasks decoded ahead");
   return MM_TEST_PASS;
 }
 
