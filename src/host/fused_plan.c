@@ -45,6 +45,7 @@ megamoe_status mm_fused_ring_make(const megamoe_config* c, int num_ranks, mm_fus
   ring->clamped = worst <= lagged;
   ring->blocks = (int32_t)(ring->clamped ? worst : lagged);
   ring->virtual_blocks = (int32_t)worst;
+  ring->dynamic_claim = mm_env_int("MEGAMOE_FUSED_DYNAMIC", 1, 1, 0); /* read once, not per forward */
   return MEGAMOE_OK;
 }
 
@@ -57,7 +58,7 @@ megamoe_status mm_fused_call_order(const mm_fused_ring* ring, const megamoe_conf
   const int64_t tokens = num_tokens_bound > 0 ? num_tokens_bound : c->max_tokens_per_rank;
   order->ring_blocks = ring->blocks;
   order->group = ring->group;
-  order->dynamic_claim = mm_env_int("MEGAMOE_FUSED_DYNAMIC", 1, 1, 0);
+  order->dynamic_claim = ring->dynamic_claim;
   order->single_wave = mm_fused_worst_blocks(c, num_ranks, tokens) <= ring->blocks;
   /* A smaller bound never asks for a longer lag (the units estimate grows
    * with the tokens); the min keeps the ring's proof if the rule changes. */

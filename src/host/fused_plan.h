@@ -20,6 +20,7 @@ typedef struct mm_fused_ring {
   int32_t lag, group;     /* the lag order it is sized for: blocks = 8 (lag + group) + 4 unless clamped */
   int32_t clamped;        /* 1: the ring holds the worst case at T_max, never wraps, every call is single-wave */
   int32_t virtual_blocks; /* blocks of the worst case at T_max: the per-block counters of one bank */
+  int32_t dynamic_claim;  /* MEGAMOE_FUSED_DYNAMIC=1 at create: every call's order claims tasks (a diagnostic) */
 } mm_fused_ring;
 
 /* Units of a call of `tokens` tokens per rank under uniform routing: each

@@ -220,6 +220,33 @@ megamoe_forward_args lc_args(const lc_case* c, const lc_device* g, int rank) {
   return a;
 }
 
+/* Poisons y (0xFFFF is a bf16 NaN), runs one forward, syncs. When the poison
+ * fails the forward still runs, empty (peers must not wait), and the call
+ * reports the failure. */
+megamoe_status lc_forward(megamoe_layer* layer, const mm_rank_ctx* ctx, const megamoe_forward_args* a, int64_t H) {
+  megamoe_forward_args run = *a;
+  int poison_failed = 0;
+  if (a->num_tokens > 0 && cudaMemset(a->y, 0xFF, sizeof(uint16_t) * (size_t)(a->num_tokens * H)) != cudaSuccess) {
+    poison_failed = 1;
+    run.num_tokens = 0;
+  }
+  megamoe_status st = megamoe_forward(layer, &run, ctx->stream);
+  megamoe_status st2 = megamoe_sync(layer, ctx->stream);
+  if (poison_failed) return MEGAMOE_ERR_CUDA;
+  return st != MEGAMOE_OK ? st : st2;
+}
+
+int64_t lc_count_differences(const uint16_t* want, const uint16_t* got, int64_t n, int64_t* first) {
+  int64_t differ = 0;
+  *first = -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (want[i] != got[i]) {
+      if (*first < 0) *first = i;
+      differ++;
+    }
+  return differ;
+}
+
 int lc_poison(void* y, int64_t n) {
   return cudaMemset(y, 0xFF, sizeof(uint16_t) * (size_t)n + 16) == cudaSuccess ? 0 : -1;
 }

@@ -74,6 +74,15 @@ void lc_device_free(lc_device* g);
 
 megamoe_forward_args lc_args(const lc_case* c, const lc_device* g, int rank);
 
+/* Poisons a->y's T x H bf16 (0xFFFF, a NaN), runs one forward, syncs. When
+ * the poison fails the forward still runs, empty (peers must not wait), and
+ * the call reports the failure. */
+megamoe_status lc_forward(megamoe_layer* layer, const mm_rank_ctx* ctx, const megamoe_forward_args* a, int64_t H);
+
+/* Elements of two bf16 outputs that differ bitwise; the first one's index
+ * in *first (-1 when none). */
+int64_t lc_count_differences(const uint16_t* want, const uint16_t* got, int64_t n, int64_t* first);
+
 /* Fills n bf16 of y (plus the 16 spare bytes) with 0xFFFF (a NaN). */
 int lc_poison(void* y, int64_t n);
 /* 1 when the n bf16 at y (plus the 16 spare bytes) are all still 0xFFFF. */

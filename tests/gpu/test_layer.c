@@ -31,23 +31,6 @@
 #include "rank_ctx.h"
 #include "ref.h"
 
-/* Poisons y (0xFFFF is a bf16 NaN), runs one forward, syncs. When the poison
- * fails the forward still runs, empty (peers must not wait), and the call
- * reports the failure. */
-static megamoe_status lt_forward(megamoe_layer* layer, const mm_rank_ctx* ctx, const megamoe_forward_args* a,
-                                 int64_t H) {
-  megamoe_forward_args run = *a;
-  int poison_failed = 0;
-  if (a->num_tokens > 0 && cudaMemset(a->y, 0xFF, sizeof(uint16_t) * (size_t)(a->num_tokens * H)) != cudaSuccess) {
-    poison_failed = 1;
-    run.num_tokens = 0;
-  }
-  megamoe_status st = megamoe_forward(layer, &run, ctx->stream);
-  megamoe_status st2 = megamoe_sync(layer, ctx->stream);
-  if (poison_failed) return MEGAMOE_ERR_CUDA;
-  return st != MEGAMOE_OK ? st : st2;
-}
-
 /* Runs a case `calls` times on one layer; every call is checked, and with
  * calls > 1 every output must be bitwise the first. */
 static mm_test_result lt_run(const mm_rank_ctx* ctx, const lc_case* c, int calls) {
@@ -77,7 +60,7 @@ static mm_test_result lt_run(const mm_rank_ctx* ctx, const lc_case* c, int calls
   for (int call = 0; call < calls; ++call) {
     megamoe_forward_args a = lc_args(c, &g, ctx->rank);
     if (local_bad) a.num_tokens = 0; /* still take part, so peers do not wait */
-    st = lt_forward(layer, ctx, &a, H);
+    st = lc_forward(layer, ctx, &a, H);
     if (st != MEGAMOE_OK) {
       fprintf(stderr, "    rank %d call %d: %s: %s\n", ctx->rank, call, megamoe_status_string(st), megamoe_last_error());
       local_bad = 1;
@@ -152,9 +135,9 @@ static mm_test_result lt_run_series_bounds(const mm_rank_ctx* ctx, const lc_case
       if (!y || !y_own) bad = 1;
       for (int pass = 0; pass < (second_bound > 0 ? 2 : 1); ++pass) {
         megamoe_forward_args a = lc_args(&cases[i], &dev[i], ctx->rank);
-        if (second_bound > 0) a.num_tokens_bound = pass == 0 ? (own_bound > 0 ? own_bound : 0) : second_bound;
+        if (second_bound > 0) a.num_tokens_bound = pass == 0 ? own_bound : second_bound;
         if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
-        megamoe_status st = lt_forward(layer, ctx, &a, cases[0].cfg.hidden);
+        megamoe_status st = lc_forward(layer, ctx, &a, cases[0].cfg.hidden);
         if (st != MEGAMOE_OK) {
           fprintf(stderr, "    rank %d %s call %d (T %lld, bound %lld): %s: %s\n", ctx->rank, what, i,
                   (long long)cases[i].tokens[ctx->rank], (long long)a.num_tokens_bound, megamoe_status_string(st),
@@ -168,9 +151,8 @@ static mm_test_result lt_run_series_bounds(const mm_rank_ctx* ctx, const lc_case
         } else if (pass == 0) {
           memcpy(y_own, y, sizeof(uint16_t) * (size_t)elems);
         } else if (memcmp(y_own, y, sizeof(uint16_t) * (size_t)elems) != 0) {
-          int64_t differ = 0, first = -1;
-          for (int64_t e = 0; e < elems; ++e)
-            if (y_own[e] != y[e]) differ++, first = first < 0 ? e : first;
+          int64_t first;
+          const int64_t differ = lc_count_differences(y_own, y, elems, &first);
           fprintf(stderr,
                   "    rank %d %s call %d (T %lld): bound %lld differs bitwise from bound %lld in %lld of %lld "
                   "elements; first: token %lld column %lld\n",
@@ -199,12 +181,8 @@ static mm_test_result lt_run_series(const mm_rank_ctx* ctx, const lc_case* cases
 /* Reports how two arms' outputs differ: 0 when bitwise equal. */
 static int lt_bitwise_equal(const uint16_t* want, const uint16_t* got, int64_t n, int64_t H, const char* arm,
                             int rank) {
-  int64_t differ = 0, first = -1;
-  for (int64_t i = 0; i < n; ++i)
-    if (want[i] != got[i]) {
-      if (first < 0) first = i;
-      differ++;
-    }
+  int64_t first;
+  const int64_t differ = lc_count_differences(want, got, n, &first);
   if (differ == 0) return 1;
   fprintf(stderr,
           "    rank %d: arm %s differs bitwise from staged in %lld of %lld elements; first: token %lld column "
@@ -256,7 +234,7 @@ static mm_test_result lt_run_arms(const mm_rank_ctx* ctx, const lc_case* base) {
     }
     megamoe_forward_args a = lc_args(&c, &g, ctx->rank);
     if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
-    st = lt_forward(layer, ctx, &a, H);
+    st = lc_forward(layer, ctx, &a, H);
     if (st != MEGAMOE_OK) {
       fprintf(stderr, "    rank %d: arm %s: forward: %s: %s\n", ctx->rank, name, megamoe_status_string(st),
               megamoe_last_error());
@@ -656,7 +634,7 @@ static mm_test_result t_bad_topk_index(const mm_rank_ctx* ctx) {
     bad |= cudaMemcpy((int32_t*)g.idx + 5, &wrong, sizeof wrong, cudaMemcpyHostToDevice) != cudaSuccess;
   }
   megamoe_forward_args a = lc_args(&c, &g, ctx->rank);
-  megamoe_status st = lt_forward(layer, ctx, &a, c.cfg.hidden);
+  megamoe_status st = lc_forward(layer, ctx, &a, c.cfg.hidden);
   const megamoe_status want = ctx->rank == 0 ? MEGAMOE_ERR_BAD_TOPK_INDEX
                                              : (ctx->num_ranks > 1 ? MEGAMOE_ERR_PEER_FAILED : MEGAMOE_OK);
   if (st != want) {
@@ -668,7 +646,7 @@ static mm_test_result t_bad_topk_index(const mm_rank_ctx* ctx) {
     const int32_t fixed = d.idx[0][5];
     bad |= cudaMemcpy((int32_t*)g.idx + 5, &fixed, sizeof fixed, cudaMemcpyHostToDevice) != cudaSuccess;
   }
-  st = lt_forward(layer, ctx, &a, c.cfg.hidden);
+  st = lc_forward(layer, ctx, &a, c.cfg.hidden);
   if (st != MEGAMOE_OK) {
     fprintf(stderr, "    rank %d: forward after the error: %s\n", ctx->rank, megamoe_last_error());
     bad = 1;
@@ -743,7 +721,7 @@ static mm_test_result t_peer_timeout(const mm_rank_ctx* ctx) {
   megamoe_forward_args a = lc_args(&c, &g, ctx->rank);
   const int silent = ctx->num_ranks - 1;
   if (ctx->rank != silent) {
-    megamoe_status st = lt_forward(layer, ctx, &a, c.cfg.hidden);
+    megamoe_status st = lc_forward(layer, ctx, &a, c.cfg.hidden);
     if (st != MEGAMOE_ERR_TIMEOUT) {
       fprintf(stderr, "    rank %d: got %s, want MEGAMOE_ERR_TIMEOUT\n", ctx->rank, megamoe_status_string(st));
       bad = 1;

@@ -66,15 +66,11 @@ static int64_t ring_blocks_of(const lc_case* c, const lc_data* d, int R, int ran
   return blocks;
 }
 
-/* Poisons y, runs one forward with the bound, syncs. */
+/* Poisons y, runs one forward with the bound, syncs (lc_forward). */
 static megamoe_status ring_forward(megamoe_layer* layer, const mm_rank_ctx* ctx, megamoe_forward_args a, int64_t bound,
                                    int64_t H) {
-  if (a.num_tokens > 0 && cudaMemset(a.y, 0xFF, sizeof(uint16_t) * (size_t)(a.num_tokens * H)) != cudaSuccess)
-    return MEGAMOE_ERR_CUDA;
   a.num_tokens_bound = bound;
-  const megamoe_status st = megamoe_forward(layer, &a, ctx->stream);
-  const megamoe_status st2 = megamoe_sync(layer, ctx->stream);
-  return st != MEGAMOE_OK ? st : st2;
+  return lc_forward(layer, ctx, &a, H);
 }
 
 /* One shape: the staged arm's four outputs, then the fused arm's, twice. */
@@ -177,12 +173,8 @@ static int ring_shape_run(const mm_rank_ctx* ctx, const ring_shape* sh, int inde
           bad = 1;
           continue;
         }
-        int64_t differ = 0, first = -1;
-        for (int64_t k = 0; k < n; ++k)
-          if (got[k] != want[i][k]) {
-            if (first < 0) first = k;
-            differ++;
-          }
+        int64_t first;
+        const int64_t differ = lc_count_differences(want[i], got, n, &first);
         if (differ) {
           fprintf(stderr,
                   "    rank %d shape %d call %d (bound %lld, %lld blocks, ring %d): the fused arm differs bitwise from "

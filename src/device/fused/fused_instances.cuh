@@ -33,9 +33,10 @@ template <class C1, class C2>
 mm_fused_kernel_ref mm_fused_kernel_get(int experts) {
   mm_fused_kernel_ref r;
   r.fn = reinterpret_cast<const void*>(&mm_fused_kernel<C1, C2>);
-  r.layout = mm_fused_layout<C1, C2>(experts);
-  r.stages_no_cache = mm_fused_layout_with<C1, C2>(experts, 0).stages;
+  /* Host arithmetic on every launch (the lookup): the cache size once. */
   r.cache_entries = mm_fused_task_cache_entries<C1, C2>(experts);
+  r.layout = mm_fused_layout_with<C1, C2>(experts, r.cache_entries);
+  r.stages_no_cache = mm_fused_layout_with<C1, C2>(experts, 0).stages;
   return r;
 }
 

@@ -19,8 +19,8 @@
  *                         rows to their source rank's combine rows,
  *                         L2_DONE += rows
  *          warp 11        pull: virtual rows in pool order over every pull
- *                         warp of the grid; the slot guard, the row,
- *                         PULLED += 1
+ *                         warp of the grid, MM_FUSED_PULL_CHUNK at a time;
+ *                         the slot guard, the rows, PULLED += the chunk's rows
  *   E    grid barrier, all-rank barrier 1 (CTA 0), grid barrier, the
  *        reduction in slot order, the end of the forward.
  *
