@@ -276,8 +276,10 @@ typedef enum megamoe_index_type {
  * is never read (it may be NaN), and a token whose slots are all masked gets
  * +0.0 whatever its x and x_sf hold. A NaN or Inf in an expert's weight
  * scales reaches only the tokens with a live slot on that expert: W1's makes
- * their rows NaN (an Inf under the clamp is clamped), W2's makes the 128
- * output columns of its block non-finite and leaves the others as they were.
+ * their rows NaN (an Inf under the clamp is clamped, except where the block's
+ * fp32 partial sum is 0: 0 x Inf makes the whole row NaN, and a sum near 0
+ * may round to 0 or not), W2's makes the 128 output columns of its block
+ * non-finite and leaves the others as they were.
  * Bad indices are errors, not numbers: MEGAMOE_ERR_BAD_TOPK_INDEX (an int64
  * index is never truncated to 32 bits). */
 typedef struct megamoe_forward_args {

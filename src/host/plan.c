@@ -17,17 +17,12 @@ static int64_t regime_rows(const megamoe_config* c, int r) {
   return c->arm == MEGAMOE_ARM_FUSED && r == MM_REGIME_MID ? kRegimeRows[MM_REGIME_DECODE] : kRegimeRows[r];
 }
 
-/* The tile of GEMM g (0: L1, 1: L2) in regime r. The fused arm's large
- * regime at G 128 takes a 128x128 L2 tile, not the engine's 256x128: half
- * the staging area, so the shared pipeline holds 4 stages instead of 3
- * (measured on one H200, 2048 / 8192 tokens: 1115 / 4260 us against
- * 1143 / 4169 with 256x128; docs/PERF.md). MEGAMOE_FUSED_L2_TILE=256x128 (a
- * diagnostic, read at create) restores the engine's pick. */
-static mm_gemm_tile pick_tile(const megamoe_config* c, const mm_gemm_problem* p, int g, int r) {
-  const char* e = getenv("MEGAMOE_FUSED_L2_TILE");
-  if (c->arm == MEGAMOE_ARM_FUSED && g == 1 && r == MM_REGIME_LARGE && p->a_sf_block == 128 &&
-      !(e && strcmp(e, "256x128") == 0))
-    return MM_GEMM_TILE_128x128;
+/* The tile of GEMM g (0: L1, 1: L2) in regime r: the engine's pick for the
+ * regime's rows per expert. (The fused arm's large regime took a 128x128 L2
+ * tile while its L1 tile was 64x256, for a fourth pipeline stage; with the
+ * 128x256 L1 tile both images are 48 KB and 256x128 is faster: 3341 against
+ * 3643 us at 8192 tokens on one H200, docs/PERF.md.) */
+static mm_gemm_tile pick_tile(const megamoe_config* c, const mm_gemm_problem* p, int r) {
   return mm_gemm_pick_tile(p, regime_rows(c, r));
 }
 
@@ -99,7 +94,7 @@ megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
   const int n = arm_problems(c, NULL, El, MM_POOL_ROW_ALIGN * (int64_t)El, p);
   for (int r = 0; r < MM_REGIME_COUNT; ++r)
     for (int g = 0; g < n; ++g) {
-      const mm_gemm_tile tile = pick_tile(c, &p[g], g, r);
+      const mm_gemm_tile tile = pick_tile(c, &p[g], r);
       megamoe_status st = mm_gemm_tile_check(tile, p[g].out_kind, p[g].a_sf_block, p[g].swiglu.group, El, NULL);
       if (st != MEGAMOE_OK) {
         char msg[512];
@@ -111,7 +106,7 @@ megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
    * stages hold either image: the pair of each regime. */
   if (c->arm == MEGAMOE_ARM_FUSED)
     for (int r = 0; r < MM_REGIME_COUNT; ++r) {
-      const mm_gemm_tile t1 = pick_tile(c, &p[0], 0, r), t2 = pick_tile(c, &p[1], 1, r);
+      const mm_gemm_tile t1 = pick_tile(c, &p[0], r), t2 = pick_tile(c, &p[1], r);
       megamoe_status st = mm_fused_check(t1, t2, p[1].a_sf_block, El, NULL);
       if (st != MEGAMOE_OK) {
         char msg[512];
@@ -131,8 +126,8 @@ megamoe_status mm_plan_fused_kernel(const megamoe_config* c, int num_ranks, int 
   const int El = c->num_experts / num_ranks;
   mm_gemm_problem p[MM_ARM_MAX_GEMMS];
   (void)arm_problems(c, NULL, El, MM_POOL_ROW_ALIGN * (int64_t)El, p);
-  *l1 = pick_tile(c, &p[0], 0, r);
-  *l2 = pick_tile(c, &p[1], 1, r);
+  *l1 = pick_tile(c, &p[0], r);
+  *l2 = pick_tile(c, &p[1], r);
   return mm_fused_smem_plan_of(*l1, *l2, p[1].a_sf_block, El, smem);
 }
 
@@ -156,7 +151,7 @@ megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_lay
       a->problem = p[g];
       a->engine = engine;
       if (engine == MM_GEMM_ENGINE_WGMMA) {
-        MM_TRY(mm_gemm_plan_make(&p[g], pick_tile(c, &p[g], g, r), &a->plan));
+        MM_TRY(mm_gemm_plan_make(&p[g], pick_tile(c, &p[g], r), &a->plan));
       } else {
         MM_TRY(mm_gemm_check(&p[g]));
       }

@@ -527,8 +527,9 @@ static mm_test_result t_ring_static(void) {
   return MM_TEST_PASS;
 }
 
-/* The flash shape itself, with its real tiles (64x256 L1, 256x128 L2): the
- * 8192-token lag order over skewed routings. */
+/* The flash shape itself, with its real large-regime tiles (128x256 L1,
+ * 256x128 L2) and the 64-row L1 tile: the 8192-token lag order over skewed
+ * routings. */
 static mm_test_result t_ring_static_flash(void) {
   mm_rng g = unit_rng(0xf1a5);
   megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
@@ -536,18 +537,19 @@ static mm_test_result t_ring_static_flash(void) {
   mm_fused_ring ring;
   CHECK_OK(mm_fused_ring_make(&c, 8, &ring));
   int32_t rows[32];
-  for (int skew = 0; skew < SKEW_KINDS; ++skew) {
+  for (int skew = 0; skew < 2 * SKEW_KINDS; ++skew) {
+    const int bm1 = skew < SKEW_KINDS ? 128 : 64;
     mm_fused_order o;
     CHECK_OK(mm_fused_call_order(&ring, &c, 8, 8192, 8192, &o));
-    draw_rows(&g, skew, 8192 * 6 * (skew == SKEW_ONE ? 8 : 1), 32, rows);
+    draw_rows(&g, skew % SKEW_KINDS, 8192 * 6 * (skew % SKEW_KINDS == SKEW_ONE ? 8 : 1), 32, rows);
     test_stream t;
-    stream_make(&t, o, 32, rows, 64, 256, 2 * 2048 / 256, 4096 / 128);
+    stream_make(&t, o, 32, rows, bm1, 256, 2 * 2048 / 256, 4096 / 128);
     char why[256] = "";
     mm_fused_task* tasks = decode_all(&t.s);
     const int ok = static_check(&t.s, tasks, (int64_t)MM_FUSED_UNIT_BLOCKS * (o.lag + o.group), why, sizeof why);
     free(tasks);
     stream_free(&t);
-    CHECK_MSG(ok, "flash, %s routing: %s", kSkewNames[skew], why);
+    CHECK_MSG(ok, "flash, L1 %d rows, %s routing: %s", bm1, kSkewNames[skew % SKEW_KINDS], why);
   }
   return MM_TEST_PASS;
 }

@@ -16,9 +16,9 @@ static mm_test_result t_fused_smem_plans(void) {
   static const struct {
     mm_gemm_tile l1, l2;
     int32_t g;
-  } pairs[] = {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_256x128, 128}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, 128},
-               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128, 128}, {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128, 64},
-               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, 64},   {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128, 64}};
+  } pairs[] = {{MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128, 128}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, 128},
+               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128, 128},  {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128, 64},
+               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, 64},    {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128, 64}};
   int64_t fits = 0, full_cache = 0, smaller_cache = 0;
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i)
     for (int32_t e = 1; e <= MEGAMOE_MAX_LOCAL_EXPERTS; ++e) {
@@ -38,7 +38,7 @@ static mm_test_result t_fused_smem_plans(void) {
       else ++smaller_cache;
     }
   mm_fused_smem_plan pl;
-  CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x128, 128, 8, &pl) != MEGAMOE_OK);
+  CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_64x256, MM_GEMM_TILE_256x128, 128, 8, &pl) != MEGAMOE_OK); /* not instantiated */
   printf("    %lld (pair, E_l) layouts fit: %lld with the full task cache, %lld with a smaller one, none lost a stage\n",
          (long long)fits, (long long)full_cache, (long long)smaller_cache);
   return MM_TEST_PASS;

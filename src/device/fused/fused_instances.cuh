@@ -1,10 +1,12 @@
 /* The fused kernel's instantiations (fused_arm.h): one per (L1 tile, L2
  * tile) pair a regime can pick (host/plan.c, mm_gemm_pick_tile):
- *   G = 128  L1 64x256 with L2 256x128 (large), 64x256 or 128x128 (decode)
+ *   G = 128  L1 128x256 with L2 256x128 (large); L1 64x256 with L2 64x256
+ *            or 128x128 (decode, and the fused arm's mid regime)
  *   G = 64   L1 128x128 with L2 256x128 (large); L1 64x256 with L2 64x256
  *            or 128x128 (decode)
  * The L2 tile's A scales are per G columns (kPromo 1 or 2). Each G's
- * lookup lives in its own file so the two compile in parallel. */
+ * lookup lives in its own file, G = 128's large pair in a third, so they
+ * compile in parallel. */
 #ifndef MEGAMOE_FUSED_INSTANCES_CUH
 #define MEGAMOE_FUSED_INSTANCES_CUH
 
@@ -22,6 +24,7 @@ struct mm_fused_kernel_ref {
 /* The engine's configs of the split arm's kernels (split_l1.cu, split_l2.cu). */
 using mm_fused_l1_64x256 = mm_gemm_cfg<64, 256, true, true, 1, false>;
 using mm_fused_l1_128x128 = mm_gemm_cfg<128, 128, false, true, 1, false>;
+using mm_fused_l1_128x256 = mm_gemm_cfg<128, 256, false, false, 1, false>;
 template <int kPromo>
 using mm_fused_l2_256x128 = mm_gemm_cfg<256, 128, false, false, kPromo, true>;
 template <int kPromo>
@@ -43,5 +46,6 @@ mm_fused_kernel_ref mm_fused_kernel_get(int experts) {
 /* Lookups of the two files (fn NULL: no kernel for the pair). */
 mm_fused_kernel_ref mm_fused_lookup_g128(mm_gemm_tile l1, mm_gemm_tile l2, int experts);
 mm_fused_kernel_ref mm_fused_lookup_g64(mm_gemm_tile l1, mm_gemm_tile l2, int experts);
+mm_fused_kernel_ref mm_fused_lookup_g128_large(mm_gemm_tile l2, int experts);
 
 #endif

@@ -274,10 +274,13 @@ extern "C" mm_gemm_tile mm_gemm_pick_tile(const mm_gemm_problem* p, int64_t rows
   if (rows_per_expert <= 0) rows_per_expert = p->num_experts > 0 ? (int64_t)p->rows_cap / p->num_experts : 0;
   if (p->out_kind == MM_GEMM_OUT_SWIGLU_FP8) {
     if (p->swiglu.group != 128) return rows_per_expert <= 128 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
-    /* 65-128 rows per expert: one 128-row m-block reads the expert's weights
-     * once (two 64-row blocks read them twice: the split arm's L1 GEMM at
-     * 512 tokens per rank streamed ~1 GB for 537 MB of weights). */
-    return rows_per_expert > 64 && rows_per_expert <= 128 ? MM_GEMM_TILE_128x256 : MM_GEMM_TILE_64x256;
+    /* Above 64 rows per expert, 128-row m-blocks. 65-128 rows: one m-block
+     * reads the expert's weights once (two 64-row blocks read them twice:
+     * the split arm's L1 GEMM at 512 tokens per rank streamed ~1 GB for
+     * 537 MB of weights). Large M: half the tiles and half the B traffic
+     * per FLOP of 64x256 (one H200, 8192 tokens: split 3090 -> 2974 us,
+     * fused 3760 -> 3341 us with its L2 256x128; docs/PERF.md). */
+    return rows_per_expert > 64 ? MM_GEMM_TILE_128x256 : MM_GEMM_TILE_64x256;
   }
   if (rows_per_expert <= 128) return p->n % 256 == 0 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
   return MM_GEMM_TILE_256x128;
