@@ -71,6 +71,7 @@ typedef enum mm_gemm_tile {
    * pipeline, for the benchmark. */
   MM_GEMM_TILE_256x128_NOSCALE = 6,
   MM_GEMM_TILE_128x128_NOSCALE = 7, /* the same for the 128x128 tile's feed */
+  MM_GEMM_TILE_64x256_NOSCALE = 8,  /* and for the decode tile's weight stream */
   MM_GEMM_TILE_COUNT
 } mm_gemm_tile;
 

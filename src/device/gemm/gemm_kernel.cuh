@@ -173,6 +173,7 @@ mm_gemm_kernel_ref mm_gemm_lookup_64x256(int a_sf_block, int out_kind, int num_e
 mm_gemm_kernel_ref mm_gemm_lookup_128x128_1p(int a_sf_block, int out_kind, int num_experts, int max_stages);
 mm_gemm_kernel_ref mm_gemm_lookup_256x128_noscale(int a_sf_block, int out_kind, int num_experts, int max_stages);
 mm_gemm_kernel_ref mm_gemm_lookup_128x128_noscale(int a_sf_block, int out_kind, int num_experts, int max_stages);
+mm_gemm_kernel_ref mm_gemm_lookup_64x256_noscale(int a_sf_block, int out_kind, int num_experts, int max_stages);
 
 #define MM_GEMM_OUTS_ALL                                                                            \
   ((1u << MM_GEMM_OUT_F32) | (1u << MM_GEMM_OUT_BF16) | (1u << MM_GEMM_OUT_SWIGLU_FP8) |           \

@@ -88,6 +88,7 @@ const tile_desc kTiles[MM_GEMM_TILE_COUNT] = {
     {"128x128-1p", 128, 128, 0, mm_gemm_lookup_128x128_1p},
     {"256x128-noscale", 256, 128, 0, mm_gemm_lookup_256x128_noscale},
     {"128x128-noscale", 128, 128, 0, mm_gemm_lookup_128x128_noscale},
+    {"64x256-noscale", 64, 256, 0, mm_gemm_lookup_64x256_noscale},
 };
 
 /* Pipeline stages at most: MM_GEMM_MAX_STAGES, or the diagnostic override
