@@ -72,6 +72,7 @@ int mm_bench_layer_run(mm_bench_layer_opts* o, int gpus);
 
 typedef struct mm_bench_gemm_opts {
   int quick, tiles, check; /* --quick, --tiles, !--no-check */
+  int stream;              /* --stream: the weight stream alone (ld.global.v4, TMA boxes), no GEMM */
   int tile;                /* --tile NAME: the main row's tile (mm_gemm_tile; 0: the engine's pick) */
   int out;                 /* --out bf16|f32|swiglu: the output kind timed (mm_gemm_output; bf16 default) */
   int iters;               /* >= 20 */

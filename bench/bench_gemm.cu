@@ -19,7 +19,9 @@
  *
  * Options: --quick (N = K = 4096 only, M in {256, 16384}), --nk N,K and
  * --m M (one shape), --iters I, --tiles (also time every tile shape of ours),
- * --no-check (skip the diff). */
+ * --no-check (skip the diff), --stream (no GEMM: the weights read once through
+ * ld.global.v4 and through the tile's B boxes by TMA, no math; what feeds the
+ * decode GEMM, docs/PERF.md). */
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -31,6 +33,9 @@
 
 #include "bench.h"
 #include "gemm/gemm.h"
+#include "gemm/gemm_cfg.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/tma.cuh"
 #include "gemm_cublaslt.cuh"
 
 namespace {
@@ -115,7 +120,113 @@ struct arm_ctx {
   const float* b_sf;
   mm_lt* lt;
   mm_gemm_plan plan; /* ours: made once per (shape, tile), as the layer does */
+  int sms;           /* the device's SMs */
+  int stream_stages; /* --stream: the TMA stream's stages */
+  uint32_t* sink;    /* --stream: where the streams leave a word (so nothing is optimized away) */
 };
+
+/* ---- --stream: the weight stream alone (no math) -------------------------------------------- */
+
+/* Every weight byte once through ld.global.v4 (4 CTAs of 256 threads per SM). */
+__global__ void bench_ld_stream_kernel(const uint4* p, int64_t words, uint32_t* sink) {
+  uint32_t x = 0;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (int64_t)gridDim.x * blockDim.x) {
+    const uint4 v = __ldcs(p + i);
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x9e3779b9u) *sink = x; /* practically never: the loads must stay */
+}
+
+/* Every weight byte once through the GEMM's own B tensor map (its box: 128
+ * bytes x BN rows, 128-byte swizzle), one CTA per SM: thread 0 loads the
+ * boxes of the CTA's column tiles (stride order, all K blocks) into
+ * `stages` stages, thread 32 releases each stage once it has landed. The
+ * producer and the pipeline of the GEMM without its consumer. */
+__global__ void __launch_bounds__(64, 1)
+    bench_tma_stream_kernel(const __grid_constant__ CUtensorMap tm_b, int tiles, int box_rows, int kblocks,
+                            int stages, uint32_t* sink) {
+  extern __shared__ __align__(1024) uint8_t stage_mem[];
+  __shared__ __align__(8) uint64_t bars[2 * 8];
+  /* The 128-byte swizzle wants 1024-byte aligned stages (1 KB extra asked). */
+  const uint32_t base = ((uint32_t)__cvta_generic_to_shared(stage_mem) + 1023u) & ~1023u;
+  const uint32_t full0 = (uint32_t)__cvta_generic_to_shared(bars), empty0 = full0 + 8 * 8;
+  const uint32_t box_bytes = (uint32_t)box_rows * 128u;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < stages; ++s) {
+      mm_mbar_init(full0 + 8 * s, 1);
+      mm_mbar_init(empty0 + 8 * s, 1);
+    }
+  mm_fence_mbar_init();
+  __syncthreads();
+  uint32_t stage = 0, phase = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+    for (int kb = 0; kb < kblocks; ++kb) {
+      if (threadIdx.x == 0) {
+        mm_mbar_wait(empty0 + 8 * stage, phase ^ 1u);
+        mm_mbar_arrive_expect_tx(full0 + 8 * stage, box_bytes);
+        mm_tma_load_2d(base + stage * box_bytes, &tm_b, full0 + 8 * stage, kb * MM_GEMM_BLOCK_K, t * box_rows);
+      } else if (threadIdx.x == 32) {
+        mm_mbar_wait(full0 + 8 * stage, phase);
+        mm_mbar_arrive(empty0 + 8 * stage);
+      }
+      if (++stage == (uint32_t)stages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+  if (threadIdx.x == 32 && stage_mem[1024] == 0x5a && stage_mem[1025] == 0xa5) *sink = 1;
+}
+
+int run_ld_stream(arm_ctx* c) {
+  const gemm_data* g = c->g;
+  bench_ld_stream_kernel<<<4 * c->sms, 256>>>(reinterpret_cast<const uint4*>(c->g->gp.b),
+                                                        (int64_t)kExperts * g->n * g->k / 16, c->sink);
+  BENCH_CUDA(cudaGetLastError());
+  return 0;
+}
+
+int run_tma_stream(arm_ctx* c);
+int time_call(int (*fn)(arm_ctx*), arm_ctx* c, void* flush, size_t flush_bytes, int round, cudaEvent_t e0,
+              cudaEvent_t e1, float* ms);
+
+/* --stream rows: ld.global.v4, then the GEMM's B boxes through TMA at 2, 4
+ * and 6 stages (as many as fit), each the median of o->iters calls. */
+int time_streams(arm_ctx* c, const mm_bench_gemm_opts* o, void* flush, size_t flush_bytes, cudaEvent_t e0,
+                 cudaEvent_t e1, float* t, double hbm_us) {
+  const double bytes = (double)kExperts * c->g->n * c->g->k;
+  const int box_rows = mm_gemm_tile_width(c->plan.tile);
+  BENCH_CUDA(cudaFuncSetAttribute(bench_tma_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 201 * 1024));
+  for (int v = 0; v < 4; ++v) {
+    const int stages = v == 0 ? 0 : 2 * v;
+    if (stages * box_rows * 128 > 200 * 1024) break;
+    c->stream_stages = stages;
+    int (*fn)(arm_ctx*) = v == 0 ? run_ld_stream : run_tma_stream;
+    for (int w = 0; w < 2; ++w)
+      if (fn(c)) return 1;
+    for (int it = 0; it < o->iters; ++it)
+      if (time_call(fn, c, flush, flush_bytes, it, e0, e1, &t[it])) return 1;
+    const double us = 1e3 * median(t, o->iters);
+    if (v == 0)
+      printf("stream %6d %6d: ld.global.v4, %d x 4 CTAs: %8.1f us, %5.2f TB/s (floor %.1f us)\n", c->g->n, c->g->k,
+             c->sms, us, bytes / us * 1e-6, hbm_us);
+    else
+      printf("stream %6d %6d: TMA box 128 B x %d rows, %d stages, %d CTAs: %8.1f us, %5.2f TB/s\n", c->g->n, c->g->k,
+             box_rows, stages, c->sms, us, bytes / us * 1e-6);
+  }
+  fflush(stdout);
+  return 0;
+}
+
+int run_tma_stream(arm_ctx* c) {
+  const gemm_data* g = c->g;
+  const int box_rows = mm_gemm_tile_width(c->plan.tile);
+  const size_t smem = (size_t)c->stream_stages * box_rows * 128 + 1024;
+  bench_tma_stream_kernel<<<c->sms, 64, smem>>>(*reinterpret_cast<const CUtensorMap*>(c->plan.maps[1]),
+                                                         kExperts * g->n / box_rows, box_rows, g->k / MM_GEMM_BLOCK_K,
+                                                         c->stream_stages, c->sink);
+  BENCH_CUDA(cudaGetLastError());
+  return 0;
+}
 
 /* Makes the plan of our arm for a tile (AUTO: the engine's pick) and the
  * output kind timed. */
@@ -316,10 +427,17 @@ extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
       c.b = b;
       c.b_sf = b_sf;
       c.lt = &lt;
+      c.sms = prop.multiProcessorCount;
+      c.sink = (uint32_t*)d_sums;
       if (plan_ours(&c, (mm_gemm_tile)o.tile, o.out)) {
         data_free(&g);
         rc = 1;
         break;
+      }
+      if (o.stream) { /* the weight stream alone, no GEMM */
+        rc = time_streams(&c, &o, flush, flush_bytes, e0, e1, t_ours, hbm_us);
+        data_free(&g);
+        continue;
       }
       const mm_gemm_tile auto_tile = c.plan.tile;
       const double flops = 2.0 * m * (double)n * k;

@@ -55,7 +55,8 @@ static const char* const kUsageGemm =
     "      --tiles                also time every tile shape of ours\n"
     "      --tile NAME            the main row's tile (128x256, 256x128, 128x128, 64x256, 128x128-1p, NxM-noscale)\n"
     "      --out KIND             bf16 (default, beside cuBLASLt), f32, or swiglu (the L1 epilogue, G = 128)\n"
-    "      --no-check             skip the diff against cuBLASLt\n";
+    "      --no-check             skip the diff against cuBLASLt\n"
+    "      --stream               no GEMM: the weights read once by ld.global.v4 and by TMA in the tile's B boxes\n";
 static const char* const kUsageInfo =
     "  info        the buffer layout of a config; flags compose in any order, an explicit flag\n"
     "              overrides the model's value\n"
