@@ -11,13 +11,8 @@ int64_t mm_fused_units_estimate(const megamoe_config* c, int num_ranks, int64_t 
   return El * mm_fused_ceil_div(rows, MM_FUSED_UNIT_ROWS);
 }
 
-/* The rule's percentage: MM_FUSED_LAG_PERCENT, or MEGAMOE_FUSED_LAG_PERCENT
- * from the environment (1..400: the bench's lag ladder; a diagnostic read at
- * create and at each call, so set it before the process starts). */
-static int64_t lag_percent(void) { return mm_env_int("MEGAMOE_FUSED_LAG_PERCENT", 1, 400, MM_FUSED_LAG_PERCENT); }
-
-int32_t mm_fused_lag_rule(int64_t units) {
-  const int64_t lag = (lag_percent() * units + 50) / 100;
+int32_t mm_fused_lag_rule(int64_t percent, int64_t units) {
+  const int64_t lag = (percent * units + 50) / 100;
   return (int32_t)mm_fused_clamp64(lag, MM_FUSED_LAG_MIN, MM_FUSED_LAG_MAX);
 }
 
@@ -38,9 +33,14 @@ megamoe_status mm_fused_ring_make(const megamoe_config* c, int num_ranks, mm_fus
     return mm_fail(MEGAMOE_ERR_SIZE_OVERFLOW,
                    "max_tokens_per_rank = %lld: the fused arm's virtual pool does not fit in 31 bits",
                    (long long)c->max_tokens_per_rank);
-  const int32_t lag = mm_fused_lag_rule(mm_fused_units_estimate(c, num_ranks, c->max_tokens_per_rank));
+  /* The rule's percentage: MM_FUSED_LAG_PERCENT, or MEGAMOE_FUSED_LAG_PERCENT
+   * (1..400: the bench's lag ladder, a diagnostic), read once here: the ring
+   * is sized for it and every call's order uses the same. */
+  const int32_t percent = mm_env_int("MEGAMOE_FUSED_LAG_PERCENT", 1, 400, MM_FUSED_LAG_PERCENT);
+  const int32_t lag = mm_fused_lag_rule(percent, mm_fused_units_estimate(c, num_ranks, c->max_tokens_per_rank));
   const int64_t lagged = (int64_t)MM_FUSED_UNIT_BLOCKS * (lag + MM_FUSED_GROUP) + MM_FUSED_RING_MARGIN;
   ring->lag = lag;
+  ring->lag_percent = percent;
   ring->group = MM_FUSED_GROUP;
   ring->clamped = worst <= lagged;
   ring->blocks = (int32_t)(ring->clamped ? worst : lagged);
@@ -62,7 +62,7 @@ megamoe_status mm_fused_call_order(const mm_fused_ring* ring, const megamoe_conf
   order->single_wave = mm_fused_worst_blocks(c, num_ranks, tokens) <= ring->blocks;
   /* A smaller bound never asks for a longer lag (the units estimate grows
    * with the tokens); the min keeps the ring's proof if the rule changes. */
-  const int32_t lag = mm_fused_lag_rule(mm_fused_units_estimate(c, num_ranks, tokens));
+  const int32_t lag = mm_fused_lag_rule(ring->lag_percent, mm_fused_units_estimate(c, num_ranks, tokens));
   order->lag = order->single_wave ? 0 : (lag < ring->lag ? lag : ring->lag);
   /* The live set of the lag order (docs/FUSED.md section 4) must fit the
    * ring; true by construction for a ring from mm_fused_ring_make. */

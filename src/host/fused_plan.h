@@ -21,6 +21,7 @@ typedef struct mm_fused_ring {
   int32_t clamped;        /* 1: the ring holds the worst case at T_max, never wraps, every call is single-wave */
   int32_t virtual_blocks; /* blocks of the worst case at T_max: the per-block counters of one bank */
   int32_t dynamic_claim;  /* MEGAMOE_FUSED_DYNAMIC=1 at create: every call's order claims tasks (a diagnostic) */
+  int32_t lag_percent;    /* the lag rule's percentage (MM_FUSED_LAG_PERCENT; MEGAMOE_FUSED_LAG_PERCENT at create) */
 } mm_fused_ring;
 
 /* Units of a call of `tokens` tokens per rank under uniform routing: each
@@ -28,8 +29,9 @@ typedef struct mm_fused_ring {
  * experts, E_l of them here), cut in units of MM_FUSED_UNIT_ROWS. */
 int64_t mm_fused_units_estimate(const megamoe_config* config, int num_ranks, int64_t tokens);
 
-/* The lag rule: clamp(round(0.45 units), 8, 64) in integers (halves round up). */
-int32_t mm_fused_lag_rule(int64_t units);
+/* The lag rule: clamp(round(percent / 100 x units), 8, 64) in integers
+ * (halves round up); the layer's percent is MM_FUSED_LAG_PERCENT (45). */
+int32_t mm_fused_lag_rule(int64_t percent, int64_t units);
 
 /* An upper bound of the blocks a forward lays out when every rank holds at
  * most `tokens` tokens, whatever the routing: N = R * tokens * K rows over E_l

@@ -94,7 +94,8 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   /* The fused arm keeps no pool: its pool regions are the ring (docs/FUSED.md
    * section 3), whatever pool_imbalance says. */
   const int fused = c->arm == MEGAMOE_ARM_FUSED;
-  mm_fused_ring ring = {0, 0, 0, 0, 0, 0};
+  mm_fused_ring ring;
+  memset(&ring, 0, sizeof ring);
   if (fused) {
     MM_TRY(mm_fused_ring_make(c, num_ranks, &ring));
     pool_rows = (int64_t)ring.blocks * MM_FUSED_BLOCK_ROWS;

@@ -344,7 +344,7 @@ static mm_test_result t_ring_numbers(void) {
   /* The rule: round(0.45 units), halves up, clamped to [8, 64]. */
   const int64_t units[] = {0, 17, 18, 19, 30, 64, 142, 143, 1000};
   const int32_t lags[] = {8, 8, 8, 9, 14, 29, 64, 64, 64};
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; ++i) CHECK_EQ_INT(mm_fused_lag_rule(units[i]), lags[i]);
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; ++i) CHECK_EQ_INT(mm_fused_lag_rule(MM_FUSED_LAG_PERCENT, units[i]), lags[i]);
   return MM_TEST_PASS;
 }
 
@@ -372,6 +372,29 @@ static mm_test_result t_worst_blocks(void) {
       CHECK_EQ_INT(reached, worst);
     }
   }
+  return MM_TEST_PASS;
+}
+
+/* MEGAMOE_FUSED_LAG_PERCENT is read once, when the ring is made: the ring is
+ * sized for it and every call's order keeps it (set 70 %, make the ring,
+ * unset it: 2048 tokens still lag round(0.7 x 32 units) = 22, not 14). */
+static mm_test_result t_lag_percent_at_create(void) {
+  megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
+  c.arm = MEGAMOE_ARM_FUSED;
+  CHECK(setenv("MEGAMOE_FUSED_LAG_PERCENT", "70", 1) == 0);
+  mm_fused_ring ring;
+  const megamoe_status st = mm_fused_ring_make(&c, 8, &ring);
+  CHECK(unsetenv("MEGAMOE_FUSED_LAG_PERCENT") == 0);
+  CHECK_OK(st);
+  CHECK_EQ_INT(ring.lag_percent, 70);
+  CHECK_EQ_INT(ring.lag, 45); /* round(0.7 x 64 units) */
+  mm_fused_order o;
+  CHECK_OK(mm_fused_call_order(&ring, &c, 8, 2048, 2048, &o));
+  CHECK_EQ_INT(o.lag, 22);
+  CHECK_OK(mm_fused_ring_make(&c, 8, &ring));
+  CHECK_EQ_INT(ring.lag_percent, MM_FUSED_LAG_PERCENT);
+  CHECK_OK(mm_fused_call_order(&ring, &c, 8, 2048, 2048, &o));
+  CHECK_EQ_INT(o.lag, 14);
   return MM_TEST_PASS;
 }
 
@@ -413,7 +436,10 @@ static mm_test_result t_call_order(void) {
   CHECK(!o.single_wave && o.lag >= MM_FUSED_LAG_MIN);
   /* The host asserts the live set against the ring: a ring that is not the
    * layout's (here one unit short of lag 29) is refused, not run. */
-  const mm_fused_ring short_ring = {8 * (29 + 4) - 8, 29, 4, 0, ring.virtual_blocks};
+  mm_fused_ring short_ring = ring;
+  short_ring.blocks = 8 * (29 + 4) - 8;
+  short_ring.lag = 29;
+  short_ring.clamped = 0;
   CHECK_STATUS(mm_fused_call_order(&short_ring, &c, 8, 8192, 8192, &o), MEGAMOE_ERR_INTERNAL);
   CHECK_MESSAGE_HAS("below the live set");
   /* No bound lags longer than the ring it runs in. */
@@ -708,6 +734,7 @@ const mm_test unit_suite_fused[] = {
     {"fused.ring_numbers", t_ring_numbers},
     {"fused.worst_blocks_bound_any_routing", t_worst_blocks},
     {"fused.call_order_and_bound_rejection", t_call_order},
+    {"fused.lag_percent_read_at_create", t_lag_percent_at_create},
     {"fused.stream_decode_matches_the_order", t_stream_decode},
     {"fused.ring_static_live_set_and_guard", t_ring_static},
     {"fused.ring_static_flash_tiles", t_ring_static_flash},
