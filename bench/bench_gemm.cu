@@ -146,11 +146,11 @@ __global__ void __launch_bounds__(64, 1)
     bench_tma_stream_kernel(const __grid_constant__ CUtensorMap tm_b, int tiles, int box_rows, int kblocks,
                             int stages, uint32_t* sink) {
   extern __shared__ __align__(1024) uint8_t stage_mem[];
-  __shared__ __align__(8) uint64_t bars[2 * 8];
+  __shared__ __align__(8) uint64_t bars[2 * 8]; /* full and empty barriers of up to 8 stages */
   /* The 128-byte swizzle wants 1024-byte aligned stages (1 KB extra asked). */
   const uint32_t base = ((uint32_t)__cvta_generic_to_shared(stage_mem) + 1023u) & ~1023u;
   const uint32_t full0 = (uint32_t)__cvta_generic_to_shared(bars), empty0 = full0 + 8 * 8;
-  const uint32_t box_bytes = (uint32_t)box_rows * 128u;
+  const uint32_t box_bytes = (uint32_t)box_rows * MM_GEMM_BLOCK_K;
   if (threadIdx.x == 0)
     for (int s = 0; s < stages; ++s) {
       mm_mbar_init(full0 + 8 * s, 1);
@@ -197,8 +197,8 @@ int time_streams(arm_ctx* c, const mm_bench_gemm_opts* o, void* flush, size_t fl
   const int box_rows = mm_gemm_tile_width(c->plan.tile);
   BENCH_CUDA(cudaFuncSetAttribute(bench_tma_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 201 * 1024));
   for (int v = 0; v < 4; ++v) {
-    const int stages = v == 0 ? 0 : 2 * v;
-    if (stages * box_rows * 128 > 200 * 1024) break;
+    const int stages = v == 0 ? 0 : 2 * v; /* at most 8: the kernel's barriers */
+    if (stages * box_rows * MM_GEMM_BLOCK_K > 200 * 1024) break;
     c->stream_stages = stages;
     int (*fn)(arm_ctx*) = v == 0 ? run_ld_stream : run_tma_stream;
     for (int w = 0; w < 2; ++w)
@@ -207,11 +207,12 @@ int time_streams(arm_ctx* c, const mm_bench_gemm_opts* o, void* flush, size_t fl
       if (time_call(fn, c, flush, flush_bytes, it, e0, e1, &t[it])) return 1;
     const double us = 1e3 * median(t, o->iters);
     if (v == 0)
-      printf("stream %6d %6d: ld.global.v4, %d x 4 CTAs: %8.1f us, %5.2f TB/s (floor %.1f us)\n", c->g->n, c->g->k,
-             c->sms, us, bytes / us * 1e-6, hbm_us);
+      printf("stream N %d K %d (tile %s at M %d): ld.global.v4, %d x 4 CTAs: %8.1f us, %5.2f TB/s (floor %.1f us)\n",
+             c->g->n, c->g->k, mm_gemm_tile_name(c->plan.tile), c->g->m, c->sms, us, bytes / us * 1e-6, hbm_us);
     else
-      printf("stream %6d %6d: TMA box 128 B x %d rows, %d stages, %d CTAs: %8.1f us, %5.2f TB/s\n", c->g->n, c->g->k,
-             box_rows, stages, c->sms, us, bytes / us * 1e-6);
+      printf("stream N %d K %d (tile %s at M %d): TMA box 128 B x %d rows, %d stages, %d CTAs: %8.1f us, %5.2f TB/s\n",
+             c->g->n, c->g->k, mm_gemm_tile_name(c->plan.tile), c->g->m, box_rows, stages, c->sms, us,
+             bytes / us * 1e-6);
   }
   fflush(stdout);
   return 0;
@@ -396,8 +397,9 @@ extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
     return 1;
   }
 
-  printf("%6s %6s %6s %10s %10s %9s %10s %9s %8s %9s %10s\n", "N", "K", "M", "tile", "ours_us", "ours_TF/s",
-         "cublas_us", "cublas_TF", "lt/ours", "hbm_us", "diff");
+  if (!o.stream)
+    printf("%6s %6s %6s %10s %10s %9s %10s %9s %8s %9s %10s\n", "N", "K", "M", "tile", "ours_us", "ours_TF/s",
+           "cublas_us", "cublas_TF", "lt/ours", "hbm_us", "diff");
   int rc = 0;
   for (int si = 0; si < num_nk && rc == 0; ++si) {
     const int n = nk[si][0], k = nk[si][1], L = k / 128;

@@ -272,7 +272,8 @@ typedef enum megamoe_index_type {
  * SwiGLU clamp (the clamp keeps a NaN). An Inf routing weight of a live
  * slot does too (the slot's quantization scale becomes Inf and Inf / Inf is
  * NaN), and so does an Inf x_sf without the clamp; with the clamp, an Inf
- * activation is clamped like any large value. The weight of a masked slot
+ * activation is clamped like any large value (except where a block's fp32
+ * partial sum is 0: 0 x Inf makes the whole row NaN, as below). The weight of a masked slot
  * is never read (it may be NaN), and a token whose slots are all masked gets
  * +0.0 whatever its x and x_sf hold. A NaN or Inf in an expert's weight
  * scales reaches only the tokens with a live slot on that expert: W1's makes

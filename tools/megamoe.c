@@ -53,7 +53,7 @@ static const char* const kUsageGemm =
     "      --m M                  one row count, a multiple of 128\n"
     "      --iters N              timed calls per cell, 20..10000 (30)\n"
     "      --tiles                also time every tile shape of ours\n"
-    "      --tile NAME            the main row's tile (128x256, 256x128, 128x128, 64x256, 128x128-1p, NxM-noscale)\n"
+    "      --tile NAME            the main row's tile (128x256, 256x128, 128x128, 64x256; diagnostics 128x128-1p, 256x128-noscale, 128x128-noscale, 64x256-noscale)\n"
     "      --out KIND             bf16 (default, beside cuBLASLt), f32, or swiglu (the L1 epilogue, G = 128)\n"
     "      --no-check             skip the diff against cuBLASLt\n"
     "      --stream               no GEMM: the weights read once by ld.global.v4 and by TMA in the tile's B boxes\n";

@@ -2,7 +2,6 @@
 #include "plan.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "device/fused/fused_arm.h"

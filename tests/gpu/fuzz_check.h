@@ -34,7 +34,9 @@ typedef enum fz_row_kind {
 
 typedef struct fz_row_expect {
   fz_row_kind kind;
-  int block; /* FZ_ROW_NAN_BLOCK: the 128-column block */
+  int block;    /* FZ_ROW_NAN_BLOCK: the 128-column block */
+  int may_flip; /* FZ_ROW_REF behind an Inf scale under the clamp: the whole row may be NaN on one side and
+                 * finite on the other (0 x Inf decided by an fp32 partial sum; fuzz_check.c, judge_ref_row) */
 } fz_row_expect;
 
 /* Non-finite values the fuzz plants in one token's inputs. */

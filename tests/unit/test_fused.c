@@ -553,9 +553,10 @@ static mm_test_result t_ring_static(void) {
   return MM_TEST_PASS;
 }
 
-/* The flash shape itself, with its real large-regime tiles (128x256 L1,
- * 256x128 L2) and the 64-row L1 tile: the 8192-token lag order over skewed
- * routings. */
+/* The flash shape itself, the 8192-token lag order over skewed routings,
+ * with the large regime's tiles (128x256 L1, 256x128 L2) and, as extra
+ * coverage of the stream's geometry, with the decode pair's (64x256 L1 and
+ * L2). */
 static mm_test_result t_ring_static_flash(void) {
   mm_rng g = unit_rng(0xf1a5);
   megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
@@ -564,18 +565,19 @@ static mm_test_result t_ring_static_flash(void) {
   CHECK_OK(mm_fused_ring_make(&c, 8, &ring));
   int32_t rows[32];
   for (int skew = 0; skew < 2 * SKEW_KINDS; ++skew) {
-    const int bm1 = skew < SKEW_KINDS ? 128 : 64;
+    const int large = skew < SKEW_KINDS;
+    const int l1_rows = large ? 128 : 64, l2_rows = large ? 256 : 64, l2_cols = large ? 128 : 256;
     mm_fused_order o;
     CHECK_OK(mm_fused_call_order(&ring, &c, 8, 8192, 8192, &o));
     draw_rows(&g, skew % SKEW_KINDS, 8192 * 6 * (skew % SKEW_KINDS == SKEW_ONE ? 8 : 1), 32, rows);
     test_stream t;
-    stream_make(&t, o, 32, rows, bm1, 256, 2 * 2048 / 256, 4096 / 128);
+    stream_make(&t, o, 32, rows, l1_rows, l2_rows, 2 * 2048 / 256, 4096 / l2_cols);
     char why[256] = "";
     mm_fused_task* tasks = decode_all(&t.s);
     const int ok = static_check(&t.s, tasks, (int64_t)MM_FUSED_UNIT_BLOCKS * (o.lag + o.group), why, sizeof why);
     free(tasks);
     stream_free(&t);
-    CHECK_MSG(ok, "flash, L1 %d rows, %s routing: %s", bm1, kSkewNames[skew % SKEW_KINDS], why);
+    CHECK_MSG(ok, "flash, L1 %d / L2 %d rows, %s routing: %s", l1_rows, l2_rows, kSkewNames[skew % SKEW_KINDS], why);
   }
   return MM_TEST_PASS;
 }

@@ -101,8 +101,11 @@ static mm_test_result t_rows(void) {
   for (int c = 0; c < FC_H; ++c) y[4 * FC_H + c] = ref_bf16_encode(2.0f * ref_bf16_decode(ref[4 * FC_H + c]));
   CHECK(fz_judge_rows(y, clean, ref, idx, FC_K, FC_T, FC_H, ex, why, sizeof why) == 4);
   CHECK(strstr(why, "reference") != NULL);
-  /* A whole-row flip (0 * Inf in one and not the other) passes either way;
-   * a partial one fails. */
+  /* Behind an Inf scale under the clamp (may_flip), a whole-row flip (0 *
+   * Inf in one and not the other) passes either way; a partial one fails,
+   * and so does a whole-row flip of a row without may_flip (the duplicated
+   * expert's). */
+  ex[4].may_flip = 1;
   uint16_t keep_y[FC_H], keep_ref[FC_H];
   memcpy(keep_y, y + 4 * FC_H, sizeof keep_y);
   memcpy(keep_ref, ref + 4 * FC_H, sizeof keep_ref);
@@ -114,8 +117,12 @@ static mm_test_result t_rows(void) {
     ref[4 * FC_H + c] = clean[4 * FC_H + c];
   }
   CHECK_MSG(fz_judge_rows(y, clean, ref, idx, FC_K, FC_T, FC_H, ex, why, sizeof why) == -1, "GPU NaN: %s", why);
+  ex[4].may_flip = 0;
+  CHECK(fz_judge_rows(y, clean, ref, idx, FC_K, FC_T, FC_H, ex, why, sizeof why) == 4);
+  ex[4].may_flip = 1;
   y[4 * FC_H + 9] = clean[4 * FC_H + 9]; /* one finite element in the NaN row */
   CHECK(fz_judge_rows(y, clean, ref, idx, FC_K, FC_T, FC_H, ex, why, sizeof why) == 4);
+  ex[4].may_flip = 0;
   memcpy(y + 4 * FC_H, keep_y, sizeof keep_y);
   memcpy(ref + 4 * FC_H, keep_ref, sizeof keep_ref);
   return MM_TEST_PASS;

@@ -43,7 +43,7 @@ mm_fused_kernel_ref mm_fused_kernel_get(int experts) {
   return r;
 }
 
-/* Lookups of the two files (fn NULL: no kernel for the pair). */
+/* Lookups of the three files (fn NULL: no kernel for the pair). */
 mm_fused_kernel_ref mm_fused_lookup_g128(mm_gemm_tile l1, mm_gemm_tile l2, int experts);
 mm_fused_kernel_ref mm_fused_lookup_g64(mm_gemm_tile l1, mm_gemm_tile l2, int experts);
 mm_fused_kernel_ref mm_fused_lookup_g128_large(mm_gemm_tile l2, int experts);

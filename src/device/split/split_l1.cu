@@ -1,6 +1,6 @@
 /* Kernel 1 of the split arm (split.h): its instantiations and launch. The L1
- * GEMM's tiles: 128x256 (SwiGLU G = 128 at decode sizes), 64x256 (G = 128,
- * large), 128x128 (G = 64). */
+ * GEMM's tiles: 64x256 (SwiGLU G = 128, at most 64 rows per expert),
+ * 128x256 (G = 128, more rows), 128x128 (G = 64). */
 #include "split/split_kernels.cuh"
 #include "split/split_launch.cuh"
 
