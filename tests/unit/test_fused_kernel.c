@@ -1,12 +1,87 @@
-/* The fused kernel's shared-memory plans (src/device/fused/fused_arm.cu):
- * host arithmetic of the kernel's own layout functions, so it needs the
- * library's CUDA-compiled objects (not part of the sanitized host-only
- * build, which runs test_fused.c). */
+/* The engine's tile rule and the fused kernel's pairs and shared-memory
+ * plans (gemm_wgmma.cu, src/device/fused/fused_arm.cu): host arithmetic of
+ * the CUDA-compiled library, so not part of the sanitized host-only build,
+ * which runs test_fused.c. */
 #include <stdio.h>
+#include <string.h>
 
 #include "fused/fused_arm.h"
+#include "gemm/gemm.h"
+#include "host/plan.h"
 #include "megamoe.h"
 #include "unit.h"
+
+/* The engine's tile by rows per expert (mm_gemm_pick_tile; docs/PERF.md,
+ * "Large tiles"): the SwiGLU L1 GEMM at G 128 takes 64x256 up to 64 rows
+ * per expert and 128x256 above; at G 64 64x256 up to 128 rows, then
+ * 128x128; the bf16 GEMMs 64x256 (128x128 where n is not a multiple of 256)
+ * up to 128 rows, then 256x128. */
+static mm_test_result t_pick_tile_rule(void) {
+  mm_gemm_problem p;
+  memset(&p, 0, sizeof p);
+  p.out_kind = MM_GEMM_OUT_SWIGLU_FP8;
+  p.n = 4096;
+  p.swiglu.group = 128;
+  const int64_t rows[] = {1, 64, 65, 128, 129, 4096};
+  const mm_gemm_tile g128[] = {MM_GEMM_TILE_64x256,  MM_GEMM_TILE_64x256,  MM_GEMM_TILE_128x256,
+                               MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256};
+  const mm_gemm_tile g64[] = {MM_GEMM_TILE_64x256,  MM_GEMM_TILE_64x256,  MM_GEMM_TILE_64x256,
+                              MM_GEMM_TILE_64x256,  MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x128};
+  const mm_gemm_tile bf16[] = {MM_GEMM_TILE_64x256,  MM_GEMM_TILE_64x256,  MM_GEMM_TILE_64x256,
+                               MM_GEMM_TILE_64x256,  MM_GEMM_TILE_256x128, MM_GEMM_TILE_256x128};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i) {
+    p.out_kind = MM_GEMM_OUT_SWIGLU_FP8;
+    p.swiglu.group = 128;
+    CHECK_MSG(mm_gemm_pick_tile(&p, rows[i]) == g128[i], "G 128, %lld rows: %s", (long long)rows[i],
+              mm_gemm_tile_name(mm_gemm_pick_tile(&p, rows[i])));
+    p.swiglu.group = 64;
+    CHECK_MSG(mm_gemm_pick_tile(&p, rows[i]) == g64[i], "G 64, %lld rows: %s", (long long)rows[i],
+              mm_gemm_tile_name(mm_gemm_pick_tile(&p, rows[i])));
+    p.out_kind = MM_GEMM_OUT_BF16;
+    p.n = 4096;
+    CHECK_MSG(mm_gemm_pick_tile(&p, rows[i]) == bf16[i], "bf16, %lld rows: %s", (long long)rows[i],
+              mm_gemm_tile_name(mm_gemm_pick_tile(&p, rows[i])));
+    p.n = 3968; /* not a multiple of 256 */
+    CHECK_EQ_INT(mm_gemm_pick_tile(&p, rows[i]), rows[i] <= 128 ? MM_GEMM_TILE_128x128 : MM_GEMM_TILE_256x128);
+    p.n = 4096;
+  }
+  return MM_TEST_PASS;
+}
+
+/* The fused arm's kernel per regime (mm_plan_fused_kernel, what megamoe info
+ * prints): the pairs the tile rule gives, each an instantiation with at
+ * least the minimum stages, over G, H not a multiple of 256 and expert
+ * counts. */
+static mm_test_result t_fused_pairs_per_regime(void) {
+  static const struct {
+    int64_t hidden, intermediate;
+    int g;
+    mm_gemm_tile want[MM_REGIME_COUNT][2];
+  } cases[] = {
+      {4096, 2048, 128, {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
+                         {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}}},
+      {3968, 1408, 128, {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128},
+                         {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}}},
+      {4096, 2048, 64, {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
+                        {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128}}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+    for (int ranks = 1; ranks <= 8; ranks *= 8) {
+      megamoe_config c = megamoe_config_make(cases[i].hidden, cases[i].intermediate, 256, 6, 8192);
+      c.arm = MEGAMOE_ARM_FUSED;
+      c.quant_group = cases[i].g;
+      for (int r = 0; r < MM_REGIME_COUNT; ++r) {
+        mm_gemm_tile l1 = MM_GEMM_TILE_AUTO, l2 = MM_GEMM_TILE_AUTO;
+        mm_fused_smem_plan pl;
+        CHECK_OK(mm_plan_fused_kernel(&c, ranks, r, &l1, &l2, &pl));
+        CHECK_MSG(l1 == cases[i].want[r][0] && l2 == cases[i].want[r][1], "H %lld G %d regime %d: %s + %s",
+                  (long long)cases[i].hidden, cases[i].g, r, mm_gemm_tile_name(l1), mm_gemm_tile_name(l2));
+        CHECK_MSG(pl.stages >= 3, "H %lld G %d regime %d: %u stages", (long long)cases[i].hidden, cases[i].g, r,
+                  pl.stages);
+      }
+    }
+  return MM_TEST_PASS;
+}
 
 /* The kernel's shared memory for every instantiated pair and every local
  * expert count: the task cache never costs a pipeline stage, and what the
@@ -46,5 +121,7 @@ static mm_test_result t_fused_smem_plans(void) {
 
 const mm_test unit_suite_fused_kernel[] = {
     {"fused.kernel_shared_memory_plans", t_fused_smem_plans},
+    {"tiles.engine_pick_by_rows_per_expert", t_pick_tile_rule},
+    {"tiles.fused_pairs_per_regime", t_fused_pairs_per_regime},
     {NULL, NULL},
 };
