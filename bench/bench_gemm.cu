@@ -137,6 +137,11 @@ __global__ void bench_ld_stream_kernel(const uint4* p, int64_t words, uint32_t* 
   if (x == 0x9e3779b9u) *sink = x; /* practically never: the loads must stay */
 }
 
+/* The TMA stream's dynamic shared memory: `stages` boxes of box_rows rows of
+ * one K block, and 1 KB to align them for the 128-byte swizzle. */
+constexpr size_t kStreamSmemMax = 201 * 1024;
+size_t stream_smem_bytes(int stages, int box_rows) { return (size_t)stages * box_rows * MM_GEMM_BLOCK_K + 1024; }
+
 /* Every weight byte once through the GEMM's own B tensor map (its box: 128
  * bytes x BN rows, 128-byte swizzle), one CTA per SM: thread 0 loads the
  * boxes of the CTA's column tiles (stride order, all K blocks) into
@@ -179,52 +184,18 @@ __global__ void __launch_bounds__(64, 1)
 
 int run_ld_stream(arm_ctx* c) {
   const gemm_data* g = c->g;
-  bench_ld_stream_kernel<<<4 * c->sms, 256>>>(reinterpret_cast<const uint4*>(c->g->gp.b),
-                                                        (int64_t)kExperts * g->n * g->k / 16, c->sink);
+  bench_ld_stream_kernel<<<4 * c->sms, 256>>>(reinterpret_cast<const uint4*>(g->gp.b),
+                                              (int64_t)kExperts * g->n * g->k / 16, c->sink);
   BENCH_CUDA(cudaGetLastError());
-  return 0;
-}
-
-int run_tma_stream(arm_ctx* c);
-int time_call(int (*fn)(arm_ctx*), arm_ctx* c, void* flush, size_t flush_bytes, int round, cudaEvent_t e0,
-              cudaEvent_t e1, float* ms);
-
-/* --stream rows: ld.global.v4, then the GEMM's B boxes through TMA at 2, 4
- * and 6 stages (as many as fit), each the median of o->iters calls. */
-int time_streams(arm_ctx* c, const mm_bench_gemm_opts* o, void* flush, size_t flush_bytes, cudaEvent_t e0,
-                 cudaEvent_t e1, float* t, double hbm_us) {
-  const double bytes = (double)kExperts * c->g->n * c->g->k;
-  const int box_rows = mm_gemm_tile_width(c->plan.tile);
-  BENCH_CUDA(cudaFuncSetAttribute(bench_tma_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 201 * 1024));
-  for (int v = 0; v < 4; ++v) {
-    const int stages = v == 0 ? 0 : 2 * v; /* at most 8: the kernel's barriers */
-    if (stages * box_rows * MM_GEMM_BLOCK_K > 200 * 1024) break;
-    c->stream_stages = stages;
-    int (*fn)(arm_ctx*) = v == 0 ? run_ld_stream : run_tma_stream;
-    for (int w = 0; w < 2; ++w)
-      if (fn(c)) return 1;
-    for (int it = 0; it < o->iters; ++it)
-      if (time_call(fn, c, flush, flush_bytes, it, e0, e1, &t[it])) return 1;
-    const double us = 1e3 * median(t, o->iters);
-    if (v == 0)
-      printf("stream N %d K %d (tile %s at M %d): ld.global.v4, %d x 4 CTAs: %8.1f us, %5.2f TB/s (floor %.1f us)\n",
-             c->g->n, c->g->k, mm_gemm_tile_name(c->plan.tile), c->g->m, c->sms, us, bytes / us * 1e-6, hbm_us);
-    else
-      printf("stream N %d K %d (tile %s at M %d): TMA box 128 B x %d rows, %d stages, %d CTAs: %8.1f us, %5.2f TB/s\n",
-             c->g->n, c->g->k, mm_gemm_tile_name(c->plan.tile), c->g->m, box_rows, stages, c->sms, us,
-             bytes / us * 1e-6);
-  }
-  fflush(stdout);
   return 0;
 }
 
 int run_tma_stream(arm_ctx* c) {
   const gemm_data* g = c->g;
   const int box_rows = mm_gemm_tile_width(c->plan.tile);
-  const size_t smem = (size_t)c->stream_stages * box_rows * 128 + 1024;
-  bench_tma_stream_kernel<<<c->sms, 64, smem>>>(*reinterpret_cast<const CUtensorMap*>(c->plan.maps[1]),
-                                                         kExperts * g->n / box_rows, box_rows, g->k / MM_GEMM_BLOCK_K,
-                                                         c->stream_stages, c->sink);
+  bench_tma_stream_kernel<<<c->sms, 64, stream_smem_bytes(c->stream_stages, box_rows)>>>(
+      *reinterpret_cast<const CUtensorMap*>(c->plan.maps[1]), kExperts * g->n / box_rows, box_rows,
+      g->k / MM_GEMM_BLOCK_K, c->stream_stages, c->sink);
   BENCH_CUDA(cudaGetLastError());
   return 0;
 }
@@ -285,6 +256,34 @@ int time_call(int (*fn)(arm_ctx*), arm_ctx* c, void* flush, size_t flush_bytes, 
   BENCH_CUDA(cudaEventRecord(e1, 0));
   BENCH_CUDA(cudaEventSynchronize(e1));
   BENCH_CUDA(cudaEventElapsedTime(ms, e0, e1));
+  return 0;
+}
+
+/* --stream rows: ld.global.v4, then the GEMM's B boxes through TMA at 2, 4
+ * and 6 stages (as many as fit), each the median of o->iters calls. */
+int time_streams(arm_ctx* c, const mm_bench_gemm_opts* o, void* flush, size_t flush_bytes, cudaEvent_t e0,
+                 cudaEvent_t e1, float* t, double hbm_us) {
+  const double bytes = (double)kExperts * c->g->n * c->g->k;
+  const int box_rows = mm_gemm_tile_width(c->plan.tile);
+  BENCH_CUDA(
+      cudaFuncSetAttribute(bench_tma_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kStreamSmemMax));
+  for (int v = 0; v < 4; ++v) {
+    const int stages = v == 0 ? 0 : 2 * v; /* at most 8: the kernel's barriers */
+    if (stream_smem_bytes(stages, box_rows) > kStreamSmemMax) break;
+    c->stream_stages = stages;
+    int (*fn)(arm_ctx*) = v == 0 ? run_ld_stream : run_tma_stream;
+    for (int w = 0; w < 2; ++w)
+      if (fn(c)) return 1;
+    for (int it = 0; it < o->iters; ++it)
+      if (time_call(fn, c, flush, flush_bytes, it, e0, e1, &t[it])) return 1;
+    const double us = 1e3 * median(t, o->iters);
+    char how[96];
+    if (v == 0) snprintf(how, sizeof how, "ld.global.v4, %d x 4 CTAs", c->sms);
+    else snprintf(how, sizeof how, "TMA box 128 B x %d rows, %d stages, %d CTAs", box_rows, stages, c->sms);
+    printf("stream N %d K %d (tile %s at M %d): %s: %8.1f us, %5.2f TB/s (floor %.1f us)\n", c->g->n, c->g->k,
+           mm_gemm_tile_name(c->plan.tile), c->g->m, how, us, bytes / us * 1e-6, hbm_us);
+  }
+  fflush(stdout);
   return 0;
 }
 

@@ -16,8 +16,8 @@ static int64_t regime_rows(const megamoe_config* c, int r) {
   return c->arm == MEGAMOE_ARM_FUSED && r == MM_REGIME_MID ? kRegimeRows[MM_REGIME_DECODE] : kRegimeRows[r];
 }
 
-/* The tile of GEMM g (0: L1, 1: L2) in regime r: the engine's pick for the
- * regime's rows per expert. (The fused arm's large regime took a 128x128 L2
+/* The tile of GEMM problem p (L1 or L2) in regime r: the engine's pick for
+ * the regime's rows per expert. (The fused arm's large regime took a 128x128 L2
  * tile while its L1 tile was 64x256, for a fourth pipeline stage; with the
  * 128x256 L1 tile both images are 48 KB and 256x128 is faster: 3341 against
  * 3643 us at 8192 tokens on one H200, docs/PERF.md.) */

@@ -237,7 +237,7 @@ MM_DEVICE bool mm_gemm_produce_tile_loads(const mm_gemm_smem& sm, mm_gemm_pipe& 
   if (ahead) mm_gemm_prefetch_b(tm_b, b_row, 1, ahead < kblocks ? ahead : kblocks);
   for (int kb = 0; kb < kblocks; ++kb) {
     const uint32_t s = pipe.stage;
-    if (ahead && kb + ahead < kblocks) mm_tma_prefetch_l2_2d(tm_b, (kb + ahead) * MM_GEMM_BLOCK_K, b_row);
+    if (ahead && kb + ahead < kblocks) mm_gemm_prefetch_b(tm_b, b_row, kb + ahead, kb + ahead + 1);
     if (!mm_gemm_wait(sm, sm.empty + 8 * s, pipe.phase ^ 1u, p)) return false;
     const uint32_t full = sm.full + 8 * s;
     mm_mbar_arrive_expect_tx(full, Cfg::kTxBytes);
