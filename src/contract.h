@@ -390,12 +390,7 @@ typedef struct mm_gemm_problem {
    * still leaves). */
   mm_device_status* status;
   uint64_t timeout_ns;
-  /* 0, or 1..MM_GEMM_MAX_B_PREFETCH: the producer asks L2 for the B box this
-   * many K blocks ahead of the one it loads (more weight bytes in flight
-   * than the shared-memory stages hold: the decode regime streams weights). */
-  int32_t b_prefetch_kblocks;
 } mm_gemm_problem;
-#define MM_GEMM_MAX_B_PREFETCH 32
 
 /* Default deadline of the engine's waits when the problem gives none. */
 #define MM_GEMM_DEFAULT_TIMEOUT_NS 60000000000ull

@@ -82,11 +82,6 @@ static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int loc
   return 2;
 }
 
-/* The decode regime's B prefetch distance in K blocks (mm_gemm_problem):
- * MEGAMOE_B_PREFETCH=N (1..MM_GEMM_MAX_B_PREFETCH, read at create), else 0:
- * off until the ladder on the GPU picks a default (docs/PERF.md). */
-static int32_t decode_b_prefetch(void) { return mm_env_int("MEGAMOE_B_PREFETCH", 1, MM_GEMM_MAX_B_PREFETCH, 0); }
-
 megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
   const int El = c->num_experts / num_ranks;
   mm_gemm_problem p[MM_ARM_MAX_GEMMS];
@@ -142,11 +137,9 @@ megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_lay
   /* The split and fused arms' kernels are built on the wgmma engine (the
    * simple engine is the staged arm's oracle and has no hooks). */
   if (c->arm != MEGAMOE_ARM_STAGED) engine = MM_GEMM_ENGINE_WGMMA;
-  const int32_t prefetch = decode_b_prefetch();
   for (int r = 0; r < MM_REGIME_COUNT; ++r)
     for (int g = 0; g < n; ++g) {
       mm_arm_gemm* a = &plan->gemm[r][g];
-      p[g].b_prefetch_kblocks = r == MM_REGIME_DECODE ? prefetch : 0;
       a->problem = p[g];
       a->engine = engine;
       if (engine == MM_GEMM_ENGINE_WGMMA) {

@@ -570,9 +570,6 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   /* The task counter, zeroed before the routing's first grid barrier; the
    * producers claim only after the last one. */
   if (order.dynamic_claim && blockIdx.x == 0 && tid == 0) *mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) = 0;
-  /* Decode regime (p1.b_prefetch_kblocks): the L1 weights this CTA's first
-   * task most likely reads start towards L2 while the routing runs. */
-  if (tid == 256) mm_gemm_prefetch_b_guess<C1>(&tm_b1, p1, blockIdx.x);
   {
     const uint64_t fwd = mm_forward_number(st);
     mm_route_hooks h;

@@ -199,29 +199,6 @@ MM_DEVICE void mm_gemm_load_stage(const mm_gemm_smem& sm, uint32_t s, uint32_t f
   }
 }
 
-/* The problem's B prefetch distance in K blocks (0: off; mm_gemm_problem). */
-MM_DEVICE int mm_gemm_b_prefetch(const mm_gemm_problem& p) {
-  return p.b_prefetch_kblocks > 0 && p.b_prefetch_kblocks <= MM_GEMM_MAX_B_PREFETCH ? p.b_prefetch_kblocks : 0;
-}
-
-/* B boxes of K blocks [kb0, kb1) at B row b_row into L2 (hints). */
-MM_DEVICE void mm_gemm_prefetch_b(const CUtensorMap* tm_b, int b_row, int kb0, int kb1) {
-  for (int kb = kb0; kb < kb1; ++kb) mm_tma_prefetch_l2_2d(tm_b, kb * MM_GEMM_BLOCK_K, b_row);
-}
-
-/* Before the tiles are known (a persistent arm's routing phases): the first
- * K blocks of the B box tile t most likely has in the decode regime, where
- * every expert has one m-tile and tiles run expert-major, n-tile fastest
- * (the grouped scheduler and the fused stream both give that order then).
- * A wrong guess costs bandwidth, never a result. */
-template <class Cfg>
-MM_DEVICE void mm_gemm_prefetch_b_guess(const CUtensorMap* tm_b, const mm_gemm_problem& p, int t) {
-  const int ahead = mm_gemm_b_prefetch(p), tiles_n = p.n / Cfg::BN;
-  if (!ahead || tiles_n <= 0 || t / tiles_n >= p.num_experts) return;
-  const int kblocks = p.k / MM_GEMM_BLOCK_K;
-  mm_gemm_prefetch_b(tm_b, (t / tiles_n) * p.n + (t % tiles_n) * Cfg::BN, 0, ahead < kblocks ? ahead : kblocks);
-}
-
 /* Producer thread: the K loop of one tile whose A rows are ready. tm_b rows
  * are expert-major (row = e * n + column). False when it gave up (the abort
  * word is set). */
@@ -231,13 +208,8 @@ MM_DEVICE bool mm_gemm_produce_tile_loads(const mm_gemm_smem& sm, mm_gemm_pipe& 
                                           const mm_gemm_problem& p, const mm_gemm_tile_info& ti) {
   const int kblocks = p.k / MM_GEMM_BLOCK_K;
   const int b_row = ti.expert * p.n + ti.n0;
-  const int ahead = mm_gemm_b_prefetch(p);
-  /* K blocks 1 .. ahead - 1 into L2 before the stages fill (hints); the loop
-   * asks for kb + ahead at each kb from 0 on. */
-  if (ahead) mm_gemm_prefetch_b(tm_b, b_row, 1, ahead < kblocks ? ahead : kblocks);
   for (int kb = 0; kb < kblocks; ++kb) {
     const uint32_t s = pipe.stage;
-    if (ahead && kb + ahead < kblocks) mm_gemm_prefetch_b(tm_b, b_row, kb + ahead, kb + ahead + 1);
     if (!mm_gemm_wait(sm, sm.empty + 8 * s, pipe.phase ^ 1u, p)) return false;
     const uint32_t full = sm.full + 8 * s;
     mm_mbar_arrive_expect_tx(full, Cfg::kTxBytes);

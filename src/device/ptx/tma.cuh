@@ -17,14 +17,6 @@
 #define MM_PTX_DEVICE __device__ __forceinline__
 #endif
 
-/* Asks for the 2D box at (c0, c1) of map to be brought into L2 (a hint: no
- * completion, no shared memory, nothing if the box is out of bounds). */
-MM_PTX_DEVICE void mm_tma_prefetch_l2_2d(const CUtensorMap* map, int c0, int c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"((uint64_t)map), "r"(c0),
-               "r"(c1)
-               : "memory");
-}
-
 /* Pulls the tensor map into the constant cache ahead of the first copy. */
 MM_PTX_DEVICE void mm_tma_prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)map) : "memory");

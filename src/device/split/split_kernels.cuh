@@ -48,9 +48,6 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int tid = threadIdx.x;
   const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
   const int lane = tid & 31;
-  /* Decode regime (p.b_prefetch_kblocks): the weights this CTA's first tile
-   * most likely reads start towards L2 while the routing runs. */
-  if (tid == 256) mm_gemm_prefetch_b_guess<Cfg>(&tm_b, p, blockIdx.x);
   if (!mm_split_route(L, F, reinterpret_cast<int*>(sm.a_ptr))) return;
 
   mm_sched_grouped sched;
