@@ -16,11 +16,13 @@
  * two partial accumulators, so the next K block's chain is in flight while the
  * previous block is promoted (gemm_mainloop.cuh). kPromo: A-scale blocks per
  * 128-wide K block (1 for a_sf_block 128, 2 for 64). kStaging: a BM x BN bf16
- * staging area for the TMA-store and scatter epilogues.
+ * staging area for the TMA-store and scatter epilogues; kSwStage: a BM x
+ * BN / 2 byte one for the SwiGLU epilogue's fp8 codes.
  *
  * ---- Shared memory (runtime layout, mm_gemm_layout_make) -------------------
  * The base is aligned up to 1024 bytes, then:
  *   staging    BM x BN x 2 B          (kStaging only) 128-byte-swizzled boxes of 64 columns
+ *              BM x BN / 2 B          (kSwStage only) one 128-byte-swizzled box of fp8 codes
  *   A stages   stages x BM x 128 B    TMA, 128-byte swizzle
  *   B stages   stages x BN x 128 B    TMA, 128-byte swizzle
  *   SF stages  stages x kPromo x BM x 4  TMA, A scales of the stage's K block
@@ -61,7 +63,8 @@ static_assert(2 * 128 * MM_GEMM_MATH_REGS + 128 * MM_GEMM_PRODUCER_REGS <= MM_GE
 #define MM_GEMM_MIN_STAGES 2
 #define MM_GEMM_GROUP_ROWS 2048 /* rows of A per scheduler m-group (L2 reuse) */
 
-template <int BM_, int BN_, bool kSplitN_, bool kTwoParts_, int kPromo_, bool kStaging_, bool kNoScale_ = false>
+template <int BM_, int BN_, bool kSplitN_, bool kTwoParts_, int kPromo_, bool kStaging_, bool kNoScale_ = false,
+          bool kSwStage_ = false>
 struct mm_gemm_cfg {
   /* kNoScale (diagnostic tile only): no promotion, the chains accumulate
    * straight into acc across K blocks, the way a per-tensor-scaled GEMM
@@ -74,6 +77,10 @@ struct mm_gemm_cfg {
   static constexpr bool kTwoParts = kTwoParts_;
   static constexpr int kPromo = kPromo_;
   static constexpr bool kStaging = kStaging_;
+  /* kSwStage: a BM x 128-byte staging area for the SwiGLU epilogue's fp8
+   * codes, stored by TMA (gemm_epilogue.cuh); 256-wide tiles only (one
+   * 128-column output group per row). */
+  static constexpr bool kSwStage = kSwStage_;
   static constexpr int kWM = kSplitN ? BM / 64 : BM / 128;  /* waves along M per warpgroup */
   static constexpr int kWN = kSplitN ? BN / 256 : BN / 128; /* waves along N per warpgroup */
   static constexpr int kWaves = kWM * kWN;
@@ -84,7 +91,7 @@ struct mm_gemm_cfg {
   static constexpr uint32_t kStageB = BN * MM_GEMM_BLOCK_K;
   static constexpr uint32_t kStageSF = kPromo * BM * 4;
   static constexpr uint32_t kTxBytes = kStageA + kStageB + kStageSF;
-  static constexpr uint32_t kStagingBytes = kStaging ? (uint32_t)BM * BN * 2 : 0;
+  static constexpr uint32_t kStagingBytes = kStaging ? (uint32_t)BM * BN * 2 : kSwStage ? (uint32_t)BM * BN / 2 : 0;
   static constexpr int kGroupM = MM_GEMM_GROUP_ROWS / BM;   /* m-tiles per scheduler group */
   /* Where stage s of each operand sits (bytes from stage 0) and how many A
    * rows one TMA load brings. The engine's own kernels keep each operand's
@@ -104,6 +111,7 @@ struct mm_gemm_cfg {
   static_assert(kWM >= 1 && kWN >= 1 && kWM * 64 == kWgRows && kWN * 128 == kWgCols, "waves");
   static_assert(!kTwoParts || kWaves == 1, "two partial accumulators need one wave per warpgroup");
   static_assert(kPromo == 1 || kPromo == 2, "kPromo");
+  static_assert(!kSwStage || (BN == 256 && !kStaging), "the SwiGLU staging area: 256-wide tiles, 128-byte rows");
   static_assert(kStageA % 1024 == 0 && kStageB % 1024 == 0, "swizzle alignment");
   static_assert(kStageSF % 128 == 0, "TMA destination alignment");
   static_assert(kTxBytes < (1u << 20), "mbarrier tx-count range");

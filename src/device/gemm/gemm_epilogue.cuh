@@ -72,6 +72,10 @@ MM_DEVICE void mm_gemm_epilogue_store(const mm_gemm_problem& p, const mm_gemm_ti
   }
 }
 
+/* Byte offset of byte c (< 128) of row r in rows of 128 bytes whose 16-byte
+ * chunks are XOR-permuted by r % 8 (TMA's 128-byte swizzle). */
+MM_DEVICE uint32_t mm_swz128(uint32_t r, uint32_t c) { return r * 128u + ((((c >> 4) ^ (r & 7u)) << 4) | (c & 15u)); }
+
 /* Staging layout: BN / 64 boxes of BM rows x 128 bytes (64 bf16 columns);
  * 16-byte chunk c of row r of a box at r * 128 + ((c ^ (r % 8)) * 16). */
 template <class Cfg>
@@ -267,21 +271,41 @@ MM_DEVICE void mm_gemm_copy_loop(const mm_gemm_smem& sm, const mm_gemm_problem& 
  * same scales and codes. */
 template <class Cfg>
 MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_problem& p, const mm_gemm_tile_info& ti,
-                                       int wg, float (&acc)[Cfg::kWaves][64]) {
+                                       int wg, float (&acc)[Cfg::kWaves][64], const CUtensorMap* tm_out = nullptr) {
   const mm_swiglu_epilogue& q = p.swiglu;
   const int inter = p.n / 2;
   const bool pair_in_wg = Cfg::kWN == 2 && q.group == 128;
   constexpr bool kCanPairAcross = Cfg::kSplitN && Cfg::kWN == 1 && Cfg::BN == 256;
   const bool pair_across = kCanPairAcross && q.group == 128;
+  const bool skip_w = q.diag_skip & 1, skip_math = q.diag_skip & 2, skip_store = q.diag_skip & 4;
+  /* A full tile's codes go through the staging area and one TMA store (the
+   * same for every math thread: the barriers below are CTA-wide); a partial
+   * tile's are stored row by row, valid rows only. */
+  const bool staged = Cfg::kSwStage && tm_out != nullptr && q.tma_out && ti.rows == Cfg::BM && !skip_store;
+  if (staged) {
+    if (threadIdx.x == 0) mm_bulk_wait_group_read<0>(); /* the previous tile's store has read the area */
+    mm_gemm_math_barrier();
+  }
 #pragma unroll
   for (int wm = 0; wm < Cfg::kWM; ++wm) {
     const int r0 = mm_gemm_frag_row<Cfg>(wg, wm);
     const bool ok0 = r0 < ti.rows, ok1 = r0 + 8 < ti.rows;
     const int64_t grow = (int64_t)ti.out_row0 + r0;
-    /* Coherent loads: the split arm's pull writes the weights in this kernel. */
-    const bool skip_w = q.diag_skip & 1, skip_math = q.diag_skip & 2, skip_store = q.diag_skip & 4;
+    /* Coherent loads: the split arm's pull writes the weights in this kernel.
+     * First used after the SwiGLU math below, which hides their latency. */
     const float w0 = ok0 ? (skip_w ? 1.f : mm_ld_relaxed_gpu_f32(q.row_weight + grow)) : 0.f;
     const float w1 = ok1 ? (skip_w ? 1.f : mm_ld_relaxed_gpu_f32(q.row_weight + grow + 8)) : 0.f;
+#pragma unroll
+    for (int wn = 0; wn < Cfg::kWN; ++wn) {
+      float* a = acc[wm * Cfg::kWN + wn];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const int i = 4 * j + b;
+          a[i] = skip_math ? a[i] * a[i + 32] : mm_swiglu(a[i], a[i + 32], q.has_clamp, q.clamp);
+        }
+    }
     float amax[Cfg::kWN][2];
 #pragma unroll
     for (int wn = 0; wn < Cfg::kWN; ++wn) {
@@ -292,12 +316,10 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
           const int i0 = 4 * j + b, i1 = 4 * j + 2 + b;
-          const float v0 = (skip_math ? a[i0] * a[i0 + 32] : mm_swiglu(a[i0], a[i0 + 32], q.has_clamp, q.clamp)) * w0;
-          const float v1 = (skip_math ? a[i1] * a[i1 + 32] : mm_swiglu(a[i1], a[i1 + 32], q.has_clamp, q.clamp)) * w1;
-          a[i0] = v0;
-          a[i1] = v1;
-          m0 = fmaxf(m0, fabsf(v0));
-          m1 = fmaxf(m1, fabsf(v1));
+          a[i0] *= w0;
+          a[i1] *= w1;
+          m0 = fmaxf(m0, fabsf(a[i0]));
+          m1 = fmaxf(m1, fabsf(a[i1]));
         }
 #pragma unroll
       for (int x = 1; x <= 2; x <<= 1) {
@@ -339,13 +361,28 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
       const float sf1 = mm_group_scale(amax[wn][1]);
       const float rcp0 = __frcp_rn(sf0), rcp1 = __frcp_rn(sf1);
       const int acol0 = (ti.n0 + mm_gemm_wg_col0<Cfg>(wg) + 128 * wn) / 2; /* first a-column of the wave */
-      const int acol = acol0 + 2 * (threadIdx.x & 3);
-      uint16_t* o0 = reinterpret_cast<uint16_t*>(q.out + grow * inter + acol);
-      uint16_t* o1 = reinterpret_cast<uint16_t*>(q.out + (grow + 8) * inter + acol);
+      if (staged) {
+        /* Tile row r0 (and r0 + 8), byte column c of the tile's 128-byte
+         * output row: the 16-byte chunks XOR-permuted by row % 8, as the
+         * store's 128-byte swizzle reads them. The 8 rows of one store
+         * instruction land in 8 different chunks: no bank conflict. */
+        const uint32_t c0 = (uint32_t)((mm_gemm_wg_col0<Cfg>(wg) + 128 * wn) / 2 + 2 * (threadIdx.x & 3));
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (ok0) o0[4 * j] = mm_quant_e4m3x2(a[4 * j], a[4 * j + 1], sf0, rcp0);
-        if (ok1) o1[4 * j] = mm_quant_e4m3x2(a[4 * j + 2], a[4 * j + 3], sf1, rcp1);
+        for (int j = 0; j < 8; ++j) {
+          const uint32_t c = c0 + 8u * (uint32_t)j;
+          mm_st_shared_u16(sm.d + mm_swz128((uint32_t)r0, c), mm_quant_e4m3x2(a[4 * j], a[4 * j + 1], sf0, rcp0));
+          mm_st_shared_u16(sm.d + mm_swz128((uint32_t)r0 + 8u, c),
+                           mm_quant_e4m3x2(a[4 * j + 2], a[4 * j + 3], sf1, rcp1));
+        }
+      } else {
+        const int acol = acol0 + 2 * (threadIdx.x & 3);
+        uint16_t* o0 = reinterpret_cast<uint16_t*>(q.out + grow * inter + acol);
+        uint16_t* o1 = reinterpret_cast<uint16_t*>(q.out + (grow + 8) * inter + acol);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (ok0) o0[4 * j] = mm_quant_e4m3x2(a[4 * j], a[4 * j + 1], sf0, rcp0);
+          if (ok1) o1[4 * j] = mm_quant_e4m3x2(a[4 * j + 2], a[4 * j + 3], sf1, rcp1);
+        }
       }
       /* One scale per group: the group's first wave writes it. */
       const bool writes_sf = acol0 % q.group == 0;
@@ -354,6 +391,14 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
         if (ok0) q.out_sf[gi * p.rows_cap + grow] = sf0;
         if (ok1) q.out_sf[gi * p.rows_cap + grow + 8] = sf1;
       }
+    }
+  }
+  if (staged) {
+    mm_fence_proxy_async_smem(); /* the TMA store reads what the generic stores wrote */
+    mm_gemm_math_barrier();
+    if (threadIdx.x == 0) {
+      mm_tma_store_2d(tm_out, sm.d, ti.n0 / 2, ti.out_row0);
+      mm_bulk_commit_group();
     }
   }
 }

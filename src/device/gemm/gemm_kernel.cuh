@@ -90,7 +90,9 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int lane = tid & 31;
 
   Sched sched;
-  mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, kOut == MM_GEMM_OUT_BF16 ? &tm_d : nullptr);
+  /* Stores through tm_d: bf16 out, and the SwiGLU codes of a tile with the staging area. */
+  constexpr bool kTmaOut = kOut == MM_GEMM_OUT_BF16 || (kOut == MM_GEMM_OUT_SWIGLU_FP8 && Cfg::kSwStage);
+  mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, kTmaOut ? &tm_d : nullptr);
 
   if (warp >= 8) {
     /* Producer warpgroup: one thread issues everything. */
@@ -114,14 +116,15 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
              * registers. */
             if (tid == 0 && last) mm_bulk_wait_group<0>();
           } else if constexpr (kOut == MM_GEMM_OUT_SWIGLU_FP8) {
-            mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc);
+            mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc, &tm_d);
+            if (tid == 0 && last) mm_bulk_wait_group<0>(); /* as the bf16 case */
           } else {
             mm_gemm_epilogue_scatter<Cfg>(sm, p, ti, wg, acc);
           }
         },
         [&]() {
           /* Pipeline abandoned: no store of this thread may still read shared memory. */
-          if (kOut == MM_GEMM_OUT_BF16 && tid == 0) mm_bulk_wait_group<0>();
+          if (kTmaOut && tid == 0) mm_bulk_wait_group<0>();
         });
   }
 }
@@ -135,7 +138,8 @@ struct mm_gemm_kernel_ref {
 template <int BM, int BN, bool kSplitN, bool kTwoParts, int kPromo, int kOut, bool kNoScale>
 mm_gemm_kernel_ref mm_gemm_kernel_get(int num_experts, int max_stages) {
   using Cfg = mm_gemm_cfg<BM, BN, kSplitN, kTwoParts, kPromo,
-                          kOut == MM_GEMM_OUT_BF16 || kOut == MM_GEMM_OUT_BF16_SCATTER, kNoScale>;
+                          kOut == MM_GEMM_OUT_BF16 || kOut == MM_GEMM_OUT_BF16_SCATTER, kNoScale,
+                          kOut == MM_GEMM_OUT_SWIGLU_FP8 && BN == 256>;
   mm_gemm_kernel_ref r;
   r.fn = reinterpret_cast<const void*>(&mm_gemm_kernel<Cfg, mm_sched_grouped, kOut>);
   r.layout = mm_gemm_layout_for<Cfg>(mm_sched_grouped::smem_bytes(num_experts), (uint32_t)max_stages);

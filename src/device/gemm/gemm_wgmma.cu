@@ -312,11 +312,21 @@ extern "C" megamoe_status mm_gemm_plan_make(const mm_gemm_problem* p, mm_gemm_ti
   MM_TRY(make_map_2d(plan->maps[2], "A_sf", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p->a_sf, (uint64_t)p->rows_cap,
                      (uint64_t)(p->k / p->a_sf_block), (uint64_t)p->rows_cap * 4u, (uint32_t)t->bm, (uint32_t)promo,
                      CU_TENSOR_MAP_SWIZZLE_NONE));
-  if (p->out_kind == MM_GEMM_OUT_BF16)
+  /* The caller's value never counts: only a map made here does. */
+  plan->problem.swiglu.tma_out = 0;
+  if (p->out_kind == MM_GEMM_OUT_BF16) {
     MM_TRY(make_map_2d(plan->maps[3], "D", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p->d, (uint64_t)p->n,
                        (uint64_t)p->rows_cap, (uint64_t)p->n * 2u, 64, (uint32_t)t->bm, CU_TENSOR_MAP_SWIZZLE_128B));
-  else
+  } else if (p->out_kind == MM_GEMM_OUT_SWIGLU_FP8 && t->bn == 256 && aligned(p->swiglu.out, 16) &&
+             (p->n / 2) % 16 == 0) {
+    /* The L1 output's fp8 codes, one 128-byte box per 256-wide tile's rows. */
+    MM_TRY(make_map_2d(plan->maps[3], "SwiGLU out", CU_TENSOR_MAP_DATA_TYPE_UINT8, p->swiglu.out,
+                       (uint64_t)(p->n / 2), (uint64_t)p->rows_cap, (uint64_t)(p->n / 2), 128, (uint32_t)t->bm,
+                       CU_TENSOR_MAP_SWIZZLE_128B));
+    plan->problem.swiglu.tma_out = 1;
+  } else {
     memcpy(plan->maps[3], plan->maps[0], sizeof plan->maps[3]); /* unused */
+  }
 
   cudaError_t err = cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.layout.bytes);
   if (err != cudaSuccess)

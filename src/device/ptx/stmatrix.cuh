@@ -1,4 +1,5 @@
-/* Matrix store to shared memory (PTX ISA "stmatrix"), sm_90.
+/* Matrix store to shared memory (PTX ISA "stmatrix"), sm_90, and a plain
+ * 16-bit shared store.
  *
  * stmatrix.sync.aligned.m8n8.x4.shared.b16 stores four 8 x 8 matrices of
  * 16-bit elements. Register j of every lane holds two adjacent elements of
@@ -20,6 +21,12 @@ MM_PTX_DEVICE void mm_stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint3
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
                "r"(r2), "r"(r3)
                : "memory");
+}
+
+/* One 16-bit store to the shared window (a plain st.shared, for element
+ * scatters stmatrix's layout does not fit: the SwiGLU epilogue's fp8 pairs). */
+MM_PTX_DEVICE void mm_st_shared_u16(uint32_t addr, uint16_t v) {
+  asm volatile("st.shared.u16 [%0], %1;" ::"r"(addr), "h"(v) : "memory");
 }
 
 #endif

@@ -41,8 +41,9 @@ MM_DEVICE bool mm_split_route(const mm_layer_view& L, const mm_forward_view& F, 
 template <class Cfg>
 __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_split_l1_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                       const __grid_constant__ CUtensorMap tm_sfa, const mm_gemm_problem p, const mm_gemm_layout lay,
-                       const mm_layer_view L, const mm_forward_view F) {
+                       const __grid_constant__ CUtensorMap tm_sfa, const __grid_constant__ CUtensorMap tm_out,
+                       const mm_gemm_problem p, const mm_gemm_layout lay, const mm_layer_view L,
+                       const mm_forward_view F) {
   extern __shared__ uint8_t mm_gemm_smem_raw[];
   const mm_gemm_smem sm = mm_gemm_smem_carve(mm_gemm_smem_raw, lay);
   const int tid = threadIdx.x;
@@ -92,9 +93,12 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_gemm_math_loop_dynamic<Cfg>(
         sm, sched, p, wg,
         [&](const mm_gemm_tile_info& ti, float (&acc)[Cfg::kWaves][64], bool) {
-          mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc);
+          mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc, &tm_out);
         },
         []() {});
+    /* The tiles' TMA stores (full tiles of a kernel with the SwiGLU staging
+     * area) complete, and stop reading shared memory, before the CTA ends. */
+    if (Cfg::kSwStage && tid == 0) mm_bulk_wait_group<0>();
     if (tid == 0) mm_tl_stamp(L, MM_TL_L1_MATH_END);
   }
 }

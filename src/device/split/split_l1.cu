@@ -1,6 +1,8 @@
 /* Kernel 1 of the split arm (split.h): its instantiations and launch. The L1
  * GEMM's tiles: 64x256 (SwiGLU G = 128, at most 64 rows per expert),
- * 128x256 (G = 128, more rows), 128x128 (G = 64). */
+ * 128x256 (G = 128, more rows), 128x128 (G = 64). The 256-wide ones store
+ * full tiles' fp8 codes through the SwiGLU staging area and one TMA store
+ * (the plan's fourth map). */
 #include "split/split_kernels.cuh"
 #include "split/split_launch.cuh"
 
@@ -8,9 +10,10 @@ static const void* mm_split_l1_kernel_for(mm_gemm_tile tile, int a_sf_block) {
   if (a_sf_block != MM_SCALE_BLOCK) return nullptr; /* the pool's scales are per 128 */
   switch (tile) {
     case MM_GEMM_TILE_64x256:
-      return reinterpret_cast<const void*>(&mm_split_l1_kernel<mm_gemm_cfg<64, 256, true, true, 1, false>>);
+      return reinterpret_cast<const void*>(&mm_split_l1_kernel<mm_gemm_cfg<64, 256, true, true, 1, false, false, true>>);
     case MM_GEMM_TILE_128x256:
-      return reinterpret_cast<const void*>(&mm_split_l1_kernel<mm_gemm_cfg<128, 256, false, false, 1, false>>);
+      return reinterpret_cast<const void*>(
+          &mm_split_l1_kernel<mm_gemm_cfg<128, 256, false, false, 1, false, false, true>>);
     case MM_GEMM_TILE_128x128:
       return reinterpret_cast<const void*>(&mm_split_l1_kernel<mm_gemm_cfg<128, 128, false, true, 1, false>>);
     default: return nullptr;
@@ -19,7 +22,7 @@ static const void* mm_split_l1_kernel_for(mm_gemm_tile tile, int a_sf_block) {
 
 extern "C" megamoe_status mm_split_l1_launch(const mm_layer_view* L, const mm_forward_view* F, const mm_gemm_plan* l1,
                                              cudaStream_t stream) {
-  return mm_split_launch(mm_split_l1_kernel_for(l1->tile, l1->problem.a_sf_block), "L1", l1, L, F, stream);
+  return mm_split_launch(mm_split_l1_kernel_for(l1->tile, l1->problem.a_sf_block), "L1", l1, L, F, stream, true);
 }
 
 extern "C" megamoe_status mm_split_l1_prepare(const mm_gemm_plan* l1) {

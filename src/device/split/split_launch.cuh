@@ -26,15 +26,21 @@ static inline megamoe_status mm_split_kernel_prepare(const void* fn, const char*
 
 /* Per forward: the launch only (no device query, no attribute call). */
 static inline megamoe_status mm_split_launch(const void* fn, const char* what, const mm_gemm_plan* plan,
-                                             const mm_layer_view* L, const mm_forward_view* F, cudaStream_t stream) {
+                                             const mm_layer_view* L, const mm_forward_view* F, cudaStream_t stream,
+                                             bool with_out_map = false) {
   if (!fn)
     return mm_fail(MEGAMOE_ERR_INTERNAL, "split arm: no %s kernel for tile %s", what, mm_gemm_tile_name(plan->tile));
   mm_gemm_problem problem = plan->problem;
   mm_gemm_layout layout = plan->layout;
   mm_layer_view view = *L;
   mm_forward_view fwd = *F;
-  void* args[7] = {(void*)plan->maps[0], (void*)plan->maps[1], (void*)plan->maps[2], (void*)&problem, (void*)&layout,
-                   (void*)&view, (void*)&fwd};
+  /* Kernel 1 takes the plan's fourth map (the L1 output) after the first three. */
+  void* args[8] = {(void*)plan->maps[0], (void*)plan->maps[1], (void*)plan->maps[2], (void*)&problem, (void*)&layout,
+                   (void*)&view, (void*)&fwd, nullptr};
+  if (with_out_map) {
+    for (int i = 7; i > 3; --i) args[i] = args[i - 1];
+    args[3] = (void*)plan->maps[3];
+  }
   const cudaError_t err = mm_launch_cooperative(fn, args, L->num_sms, layout.bytes, stream);
   if (err != cudaSuccess)
     return mm_fail(MEGAMOE_ERR_CUDA, "split arm: %s launch (tile %s, %d CTAs, %u B smem): %s", what,
