@@ -400,7 +400,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       if (!mm_gemm_math_vote_ok(sm1, mine)) return;
       lap(MM_TL_MATH_L1);
       mm_fused_publish_l1(L, l1_done, pend);
-      mm_gemm_epilogue_swiglu<T1>(sm1, p1, ti, wg, acc);
+      mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc); /* direct stores: its shared memory is full */
       pend.block0 = task.block0;
       pend.rows = task.rows;
       lap(MM_TL_MATH_L1_EPI);

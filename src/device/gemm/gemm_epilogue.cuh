@@ -269,7 +269,7 @@ MM_DEVICE void mm_gemm_copy_loop(const mm_gemm_smem& sm, const mm_gemm_problem& 
  * through shared memory. The row's amax is spread over the 4 threads of a
  * quad (lanes 4q .. 4q + 3). max is exact, so every split gives bitwise the
  * same scales and codes. */
-template <class Cfg>
+template <class Cfg, bool kLateWeights = true>
 MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_problem& p, const mm_gemm_tile_info& ti,
                                        int wg, float (&acc)[Cfg::kWaves][64], const CUtensorMap* tm_out = nullptr) {
   const mm_swiglu_epilogue& q = p.swiglu;
@@ -292,19 +292,25 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
     const bool ok0 = r0 < ti.rows, ok1 = r0 + 8 < ti.rows;
     const int64_t grow = (int64_t)ti.out_row0 + r0;
     /* Coherent loads: the split arm's pull writes the weights in this kernel.
-     * First used after the SwiGLU math below, which hides their latency. */
+     * kLateWeights: first used after the whole tile's SwiGLU math, which
+     * hides their latency (bench-gemm 128x256 at M 65536: ~55 us); else in
+     * the same pass as the math (the fused kernel: 1 % faster so at 2048
+     * tokens, its registers being tighter). The same operations on each
+     * element either way. */
     const float w0 = ok0 ? (skip_w ? 1.f : mm_ld_relaxed_gpu_f32(q.row_weight + grow)) : 0.f;
     const float w1 = ok1 ? (skip_w ? 1.f : mm_ld_relaxed_gpu_f32(q.row_weight + grow + 8)) : 0.f;
+    if constexpr (kLateWeights) {
 #pragma unroll
-    for (int wn = 0; wn < Cfg::kWN; ++wn) {
-      float* a = acc[wm * Cfg::kWN + wn];
+      for (int wn = 0; wn < Cfg::kWN; ++wn) {
+        float* a = acc[wm * Cfg::kWN + wn];
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          const int i = 4 * j + b;
-          a[i] = skip_math ? a[i] * a[i + 32] : mm_swiglu(a[i], a[i + 32], q.has_clamp, q.clamp);
-        }
+          for (int b = 0; b < 4; ++b) {
+            const int i = 4 * j + b;
+            a[i] = skip_math ? a[i] * a[i + 32] : mm_swiglu(a[i], a[i + 32], q.has_clamp, q.clamp);
+          }
+      }
     }
     float amax[Cfg::kWN][2];
 #pragma unroll
@@ -316,6 +322,10 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
           const int i0 = 4 * j + b, i1 = 4 * j + 2 + b;
+          if constexpr (!kLateWeights) {
+            a[i0] = skip_math ? a[i0] * a[i0 + 32] : mm_swiglu(a[i0], a[i0 + 32], q.has_clamp, q.clamp);
+            a[i1] = skip_math ? a[i1] * a[i1 + 32] : mm_swiglu(a[i1], a[i1 + 32], q.has_clamp, q.clamp);
+          }
           a[i0] *= w0;
           a[i1] *= w1;
           m0 = fmaxf(m0, fabsf(a[i0]));
