@@ -16,6 +16,10 @@
 #include "timeline.cuh"
 #include "view.cuh"
 
+#ifndef MM_SPLIT_PULL_FIRST
+#define MM_SPLIT_PULL_FIRST 0
+#endif
+
 /* Warps of the producer warpgroup that pull rows (warp 8 issues the TMA loads). */
 #define MM_SPLIT_PULL_WARP0 MM_GEMM_AUX_WARP0
 #define MM_SPLIT_PULL_WARPS 3
@@ -62,6 +66,23 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
     if (warp == 8) {
       if (lane == 0) {
+#if MM_SPLIT_PULL_FIRST
+        /* Diagnostic build only (-DMM_SPLIT_PULL_FIRST=1, e.g. make
+         * BUILD=build_pf NVCC='$(CUDA_HOME)/bin/nvcc -DMM_SPLIT_PULL_FIRST=1'
+         * build_pf/megamoe): no L1 tile before every row of the pool is
+         * pulled, so the GEMM runs without the pull beside it. Read the L1
+         * phase of MEGAMOE_TIMELINE=1 (first tile to math end), not the
+         * total: this walk over every tile takes ~1 ms at 8192 tokens
+         * (docs/PERF.md, "The split arm's GEMMs inside the layer"). */
+        {
+          typename mm_sched_grouped::iter it = sched.begin();
+          mm_gemm_tile_info ti;
+          for (int t = 0; t < sched.total(); ++t) {
+            sched.template seek<Cfg>(it, t, ti);
+            if (ti.n0 == 0 && !mm_gemm_wait_rows_ready<Cfg>(sm, p, ti)) break; /* once per m-block */
+          }
+        }
+#endif
         mm_gemm_producer_loop_dynamic<Cfg>(sm, sched, tile_counter, &tm_a, &tm_b, &tm_sfa, p,
                                            mm_tl_slot(L, MM_TL_L1_FIRST_TILE));
         mm_tl_stamp(L, MM_TL_L1_LAST_ISSUED);
