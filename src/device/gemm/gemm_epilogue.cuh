@@ -72,15 +72,18 @@ MM_DEVICE void mm_gemm_epilogue_store(const mm_gemm_problem& p, const mm_gemm_ti
   }
 }
 
-/* Byte offset of byte c (< 128) of row r in rows of 128 bytes whose 16-byte
- * chunks are XOR-permuted by r % 8 (TMA's 128-byte swizzle). */
-MM_DEVICE uint32_t mm_swz128(uint32_t r, uint32_t c) { return r * 128u + ((((c >> 4) ^ (r & 7u)) << 4) | (c & 15u)); }
+/* TMA's 128-byte swizzle: rows of 128 bytes whose 16-byte chunks are
+ * XOR-permuted by row % 8. Where chunk `chunk` of row r sits in its row: */
+MM_DEVICE uint32_t mm_swz128_chunk(uint32_t r, uint32_t chunk) { return (chunk ^ (r & 7u)) << 4; }
+/* and the byte offset of byte c (< 128) of row r. */
+MM_DEVICE uint32_t mm_swz128(uint32_t r, uint32_t c) { return r * 128u + (mm_swz128_chunk(r, c >> 4) | (c & 15u)); }
 
-/* Staging layout: BN / 64 boxes of BM rows x 128 bytes (64 bf16 columns);
- * 16-byte chunk c of row r of a box at r * 128 + ((c ^ (r % 8)) * 16). */
+/* Staging layout: BN / 64 boxes of BM rows x 128 bytes (64 bf16 columns),
+ * each row in the 128-byte swizzle; the address of the 16-byte chunk that
+ * holds column col. */
 template <class Cfg>
 MM_DEVICE uint32_t mm_gemm_staging_addr(uint32_t base, uint32_t row, uint32_t col) {
-  return base + (col >> 6) * (uint32_t)(Cfg::BM * 128) + row * 128u + ((((col & 63u) >> 3) ^ (row & 7u)) << 4);
+  return base + (col >> 6) * (uint32_t)(Cfg::BM * 128) + row * 128u + mm_swz128_chunk(row, (col & 63u) >> 3);
 }
 
 /* The tile's bf16 values into the staging area (stmatrix), this thread's

@@ -34,13 +34,14 @@ static inline megamoe_status mm_split_launch(const void* fn, const char* what, c
   mm_gemm_layout layout = plan->layout;
   mm_layer_view view = *L;
   mm_forward_view fwd = *F;
-  /* Kernel 1 takes the plan's fourth map (the L1 output) after the first three. */
-  void* args[8] = {(void*)plan->maps[0], (void*)plan->maps[1], (void*)plan->maps[2], (void*)&problem, (void*)&layout,
-                   (void*)&view, (void*)&fwd, nullptr};
-  if (with_out_map) {
-    for (int i = 7; i > 3; --i) args[i] = args[i - 1];
-    args[3] = (void*)plan->maps[3];
-  }
+  /* The first three maps; kernel 1 also takes the fourth (the L1 output). */
+  void* args[8];
+  int n = 0;
+  for (int m = 0; m < (with_out_map ? 4 : 3); ++m) args[n++] = (void*)plan->maps[m];
+  args[n++] = (void*)&problem;
+  args[n++] = (void*)&layout;
+  args[n++] = (void*)&view;
+  args[n++] = (void*)&fwd;
   const cudaError_t err = mm_launch_cooperative(fn, args, L->num_sms, layout.bytes, stream);
   if (err != cudaSuccess)
     return mm_fail(MEGAMOE_ERR_CUDA, "split arm: %s launch (tile %s, %d CTAs, %u B smem): %s", what,
