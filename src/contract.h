@@ -126,8 +126,9 @@ typedef struct mm_layer_view {
   int32_t virtual_blocks;            /* fused arm: per-block counters per bank (the worst case at T_max) */
 } mm_layer_view;
 
-/* One forward's inputs. x and x_sf are not here: the kernels read every
- * rank's tokens from its symmetric staging region (MM_SYM_INPUT_X*).
+/* One forward's inputs. The kernels read every rank's tokens from its
+ * symmetric staging region (MM_SYM_INPUT_X*); x / x_sf below are the
+ * caller's tokens when a persistent arm stages them itself.
  *
  * injected_error != 0 makes this an EMPTY forward (host/layer.c builds it
  * when megamoe_forward rejects its arguments, so that the rank still takes
@@ -144,6 +145,12 @@ typedef struct mm_forward_view {
   int32_t num_tokens;
   uint16_t* y;
   int32_t injected_error; /* a megamoe_status, 0 = none */
+  /* The caller's tokens, copied into this rank's staging region by routing
+   * phase A of the persistent arms (before barrier 0, which publishes them
+   * to the peers), or NULL: already there (the caller wrote them there, or
+   * the staged arm's host copy). */
+  const uint8_t* x;
+  const float* x_sf;
 } mm_forward_view;
 
 /* Metadata of one pool row: where its token lives. Padding rows have

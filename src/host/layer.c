@@ -563,17 +563,24 @@ megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
   memset(&f, 0, sizeof f);
   megamoe_status rejected = check_forward(l, a);
   if (rejected == MEGAMOE_OK) {
-    /* Stage the tokens where the peers pull them from. */
+    /* Stage the tokens where the peers pull them from: the persistent arms
+     * copy them in their routing phase (no copy launch before the kernel),
+     * the staged arm here. */
     const uint64_t H = (uint64_t)l->config.hidden;
     const int64_t T = a->num_tokens;
     void* stage_x = l->view.peer_sym[l->rank] + l->view.offset[MM_SYM_INPUT_X];
     float* stage_sf = (float*)(l->view.peer_sym[l->rank] + l->view.offset[MM_SYM_INPUT_X_SF]);
-    cudaError_t e = cudaSuccess;
-    if (T > 0 && a->x != stage_x) e = cudaMemcpyAsync(stage_x, a->x, (size_t)T * H, cudaMemcpyDeviceToDevice, stream);
-    if (e == cudaSuccess && T > 0 && a->x_sf != stage_sf)
-      e = cudaMemcpyAsync(stage_sf, a->x_sf, (size_t)T * (H / 128) * 4, cudaMemcpyDeviceToDevice, stream);
-    if (e != cudaSuccess)
-      rejected = mm_fail(MEGAMOE_ERR_CUDA, "staging args->x / x_sf (cudaMemcpyAsync): %s", cudaGetErrorString(e));
+    if (T > 0 && l->config.arm != MEGAMOE_ARM_STAGED) {
+      f.x = a->x != stage_x ? (const uint8_t*)a->x : NULL;
+      f.x_sf = a->x_sf != stage_sf ? a->x_sf : NULL;
+    } else if (T > 0) {
+      cudaError_t e = cudaSuccess;
+      if (a->x != stage_x) e = cudaMemcpyAsync(stage_x, a->x, (size_t)T * H, cudaMemcpyDeviceToDevice, stream);
+      if (e == cudaSuccess && a->x_sf != stage_sf)
+        e = cudaMemcpyAsync(stage_sf, a->x_sf, (size_t)T * (H / 128) * 4, cudaMemcpyDeviceToDevice, stream);
+      if (e != cudaSuccess)
+        rejected = mm_fail(MEGAMOE_ERR_CUDA, "staging args->x / x_sf (cudaMemcpyAsync): %s", cudaGetErrorString(e));
+    }
   }
   if (rejected != MEGAMOE_OK) {
     char message[sizeof l->reject_message];

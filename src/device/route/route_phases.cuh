@@ -67,6 +67,21 @@ MM_DEVICE void mm_fused_judge_bound(const mm_layer_view& L, mm_device_status* st
                     (uint64_t)v.bound);
 }
 
+/* Phase A's copy of n bytes from src to dst over every thread of the grid:
+ * 16 bytes at a time where both ends allow it (the staging region always
+ * does; x has no alignment requirement). */
+MM_DEVICE void mm_grid_copy_bytes(uint8_t* dst, const uint8_t* src, int64_t n) {
+  const int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+  if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
+    const int64_t vecs = n / 16;
+    for (int64_t i = i0; i < vecs; i += stride)
+      reinterpret_cast<uint4*>(dst)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
+    for (int64_t i = vecs * 16 + i0; i < n; i += stride) dst[i] = src[i];
+  } else {
+    for (int64_t i = i0; i < n; i += stride) dst[i] = src[i];
+  }
+}
+
 /* Phases A-C, all threads of every CTA. False when a grid barrier gave up
  * (deadline): the caller skips to the end of the forward. scratch: >= 33
  * ints of shared memory. */
@@ -85,6 +100,14 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
     mm_route_validate(L, F, i, i + 1);
   for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_count_expert(L, F, e, scratch);
   for (int i = blockIdx.x * nthreads + threadIdx.x; i < h.clear_count; i += gridDim.x * nthreads) h.clear[i] = 0;
+  /* The caller's tokens into this rank's staging region: before the grid
+   * barriers and CTA 0's release of barrier 0, so a peer that pulls after
+   * acquiring barrier 0 reads them (the route counts' chain, DESIGN.md
+   * section 4). */
+  if (F.x) mm_grid_copy_bytes(mm_sym<uint8_t>(L, L.rank, MM_SYM_INPUT_X), F.x, (int64_t)F.num_tokens * L.hidden);
+  if (F.x_sf)
+    mm_grid_copy_bytes(mm_sym<uint8_t>(L, L.rank, MM_SYM_INPUT_X_SF), reinterpret_cast<const uint8_t*>(F.x_sf),
+                       (int64_t)F.num_tokens * (L.hidden / 128) * 4);
   if (!mm_grid_barrier(gb, gctx)) return false;
   if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_COUNTED);
   /* B: publish (every CTA sees the same `failed`: the errors of phase A
