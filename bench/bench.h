@@ -73,6 +73,7 @@ int mm_bench_layer_run(mm_bench_layer_opts* o, int gpus);
 typedef struct mm_bench_gemm_opts {
   int quick, tiles, check; /* --quick, --tiles, !--no-check */
   int stream;              /* --stream: the weight stream alone (ld.global.v4, TMA boxes), no GEMM */
+  int mainloop;            /* --mainloop: the math warpgroups' K loop alone (bench_mainloop.cu), no GEMM */
   int tile;                /* --tile NAME: the main row's tile (mm_gemm_tile; 0: the engine's pick) */
   int out;                 /* --out bf16|f32|swiglu: the output kind timed (mm_gemm_output; bf16 default) */
   int iters;               /* >= 20 */
@@ -83,6 +84,10 @@ int mm_bench_gemm_parse(int argc, char** argv, mm_bench_gemm_opts* o);
 
 /* In this process, on the current device. Returns a process exit code. */
 int mm_bench_gemm_run(const mm_bench_gemm_opts* o);
+
+/* bench-gemm --mainloop: the loop structures' tensor-pipe share, kblocks K blocks per CTA
+ * (bench_mainloop.cu). On the current device; 0 on success. */
+int mm_bench_mainloop_run(int kblocks);
 
 /* ---- Device fills --------------------------------------------------------- */
 /* Fills n fp8 bytes on the device with values ~ N(0, spread^2) (hash of seed

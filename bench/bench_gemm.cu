@@ -21,7 +21,8 @@
  * --m M (one shape), --iters I, --tiles (also time every tile shape of ours),
  * --no-check (skip the diff), --stream (no GEMM: the weights read once through
  * ld.global.v4 and through the tile's B boxes by TMA, no math; what feeds the
- * decode GEMM, docs/PERF.md). */
+ * decode GEMM, docs/PERF.md), --mainloop (no GEMM: the math warpgroups' K loop
+ * alone per loop structure, bench_mainloop.cu). */
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -344,6 +345,7 @@ void data_free(gemm_data* g) {
 
 extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
   const mm_bench_gemm_opts o = *opts; /* parsed and checked by mm_bench_gemm_parse */
+  if (o.mainloop) return mm_bench_mainloop_run(8192) ? 1 : 0;
 
   static const int kNK[4][2] = {{4096, 4096}, {4096, 2048}, {6144, 7168}, {7168, 3072}};
   static const int kM[4] = {256, 2048, 16384, 65536};

@@ -104,6 +104,7 @@ int mm_bench_gemm_parse(int argc, char** argv, mm_bench_gemm_opts* o) {
     else if (!strcmp(a, "--tiles")) o->tiles = 1;
     else if (!strcmp(a, "--no-check")) o->check = 0;
     else if (!strcmp(a, "--stream")) o->stream = 1;
+    else if (!strcmp(a, "--mainloop")) o->mainloop = 1;
     else if (!strcmp(a, "--out")) {
       const char* v = mm_cli_value("bench-gemm", argc, argv, &i);
       bad = 0;

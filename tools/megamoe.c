@@ -56,7 +56,9 @@ static const char* const kUsageGemm =
     "      --tile NAME            the main row's tile (128x256, 256x128, 128x128, 64x256; diagnostics 128x128-1p, 256x128-noscale, 128x128-noscale, 64x256-noscale)\n"
     "      --out KIND             bf16 (default, beside cuBLASLt), f32, or swiglu (the L1 epilogue, G = 128)\n"
     "      --no-check             skip the diff against cuBLASLt\n"
-    "      --stream               no GEMM: the weights read once by ld.global.v4 and by TMA in the tile's B boxes\n";
+    "      --stream               no GEMM: the weights read once by ld.global.v4 and by TMA in the tile's B boxes\n"
+    "      --mainloop             no GEMM: the math warpgroups' K loop alone, per loop structure (1p, 2p, noscale,\n"
+    "                             1-3 warpgroups, m64n128/192/256), with and without a stage-ring feed\n";
 static const char* const kUsageInfo =
     "  info        the buffer layout of a config; flags compose in any order, an explicit flag\n"
     "              overrides the model's value\n"

@@ -298,6 +298,8 @@ static mm_test_result test_bench_gemm_without_gpu(void) {
   /* The diagnostics parse: the stream mode and the decode tile without promotion. */
   RUN(r, "bench-gemm", "--stream", "--tile", "64x256-noscale");
   CHECK_EQ_INT(r->status, MM_EXIT_NO_GPU);
+  RUN(r, "bench-gemm", "--mainloop");
+  CHECK_EQ_INT(r->status, MM_EXIT_NO_GPU);
   RUN(r, "bench-gemm", "--tile", "64x256-nope");
   CHECK_USAGE_ERROR(r, "not a tile of the engine");
   return MM_TEST_PASS;
