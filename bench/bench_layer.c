@@ -185,11 +185,13 @@ static int print_timeline(const megamoe_layer* layer, const char* arm, int64_t T
   return 0;
 }
 
-/* One row of the table on stdout, from the row the files get. */
+/* One row of the table on stdout, from the row the files get. W GB/s: the
+ * touched weights' bytes over the call's time, the rate the HBM floor
+ * assumes at HBM_READ_GBS (floor_hbm_us is those bytes at that rate). */
 static void print_row(const mm_bench_row* r) {
-  printf("%-7s %7lld %10.1f %8.1f %9.1f %9.1f %8.1f %9.1f %9.1f %9.1f %7.2f\n", r->arm, (long long)r->tokens, r->us,
-         r->tflops, r->nvl_gbs, r->symm_mib, r->workspace_mib, r->floor_compute_us, r->floor_hbm_us, r->floor_nvl_us,
-         r->us / mm_bench_row_floor(r));
+  printf("%-7s %7lld %10.1f %8.1f %9.1f %9.1f %8.1f %9.1f %9.1f %8.0f %9.1f %7.2f\n", r->arm, (long long)r->tokens, r->us,
+         r->tflops, r->nvl_gbs, r->symm_mib, r->workspace_mib, r->floor_compute_us, r->floor_hbm_us,
+         r->floor_hbm_us * HBM_READ_GBS / r->us, r->floor_nvl_us, r->us / mm_bench_row_floor(r));
   fflush(stdout);
 }
 
@@ -283,10 +285,11 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
            o->iters, o->rounds);
     const char* engine = getenv("MEGAMOE_GEMM");
     printf("GEMM engine: %s (MEGAMOE_GEMM)\n", engine && !strcmp(engine, "simple") ? "simple" : "wgmma");
-    printf("floors per rank: compute at %.0f TFLOP/s fp8, HBM = touched weights at %.0f GB/s, NVLink = bytes in at %.0f GB/s\n\n",
-           FP8_TFLOPS, HBM_READ_GBS, NVLINK_GBS);
-    printf("%-7s %7s %10s %8s %9s %9s %8s %9s %9s %9s %7s\n", "arm", "T/rank", "us", "TFLOP/s", "NVL GB/s",
-           "symm MiB", "ws MiB", "fl.comp", "fl.HBM", "fl.NVL", "x floor");
+    printf("floors per rank: compute at %.0f TFLOP/s fp8, HBM = touched weights at %.0f GB/s, NVLink = bytes in at %.0f GB/s;\n"
+           "W GB/s = the touched weights' bytes over the time (the rate the HBM floor assumes: %.0f)\n\n",
+           FP8_TFLOPS, HBM_READ_GBS, NVLINK_GBS, HBM_READ_GBS);
+    printf("%-7s %7s %10s %8s %9s %9s %8s %9s %9s %8s %9s %7s\n", "arm", "T/rank", "us", "TFLOP/s", "NVL GB/s",
+           "symm MiB", "ws MiB", "fl.comp", "fl.HBM", "W GB/s", "fl.NVL", "x floor");
   }
   for (int p = 0; p < o->num_points; ++p) {
     const int64_t T = o->tokens[p];
