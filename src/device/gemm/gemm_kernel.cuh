@@ -97,14 +97,23 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   if (warp >= 8) {
     /* Producer warpgroup: one thread issues everything. */
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
+#if MM_GEMM_PART_TIMER
+    if (tid == 256) mm_gemm_part_count_launch();
+#endif
     if (warp == 8 && lane == 0) mm_gemm_producer_loop<Cfg>(sm, sched, &tm_a, &tm_b, &tm_sfa, p);
   } else {
     /* Math warpgroups. */
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
     const int wg = warp >> 2;
+#if MM_GEMM_PART_TIMER
+    mm_gemm_part_begin();
+#endif
     mm_gemm_math_loop<Cfg>(
         sm, sched, p, wg,
         [&](const mm_gemm_tile_info& ti, float (&acc)[Cfg::kWaves][64], bool last) {
+#if MM_GEMM_PART_TIMER
+          mm_gemm_part_epilogue_start();
+#endif
           if constexpr (kOut == MM_GEMM_OUT_F32) {
             mm_gemm_epilogue_store<Cfg, false>(p, ti, wg, acc);
           } else if constexpr (kOut == MM_GEMM_OUT_BF16) {
@@ -121,6 +130,9 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
           } else {
             mm_gemm_epilogue_scatter<Cfg>(sm, p, ti, wg, acc);
           }
+#if MM_GEMM_PART_TIMER
+          mm_gemm_part_epilogue_end(last);
+#endif
         },
         [&]() {
           /* Pipeline abandoned: no store of this thread may still read shared memory. */

@@ -93,13 +93,73 @@ MM_DEVICE uint64_t* mm_gemm_waited_slot() {
 }
 #endif
 
+/* Diagnostic builds only (-DMM_GEMM_PART_TIMER=1; docs/PERF.md, seventh
+ * session): the engine kernel's tile loop by part, in clock64 cycles, per CTA
+ * (the first MM_TL_MAX_CTAS) and math warpgroup, kept by the warpgroup's
+ * first thread (its own slot: no race):
+ *   wait      the full-barrier waits, from before the first try (a try that
+ *             suspends the thread counts: the wait timer above misses it);
+ *   loop      from the end of one tile's epilogue (or the loop's start) to the
+ *             start of the next one's: the K loop, its waits and the scheduler;
+ *   epilogue  the epilogues.
+ * mm_gemm_part_begin zeroes the slot at the loop's start; at the last tile of
+ * launch MM_GEMM_PART_LAUNCH of the process (counted by CTA 0's producer
+ * thread, mm_gemm_part_count_launch) each slot is printed as one line starting
+ * "gemm-parts". The default build compiles none of this. In this build the
+ * arms' kernels time their waits too and print nothing; the fused kernel then
+ * spills (604 bytes): time only the engine kernel (bench-gemm) with it. */
+#ifndef MM_GEMM_PART_TIMER
+#define MM_GEMM_PART_TIMER 0
+#endif
+#if MM_GEMM_PART_TIMER
+#include <cstdio>
+static_assert(!MM_GEMM_WAIT_TIMER, "one diagnostic timer at a time");
+#ifndef MM_GEMM_PART_LAUNCH
+#define MM_GEMM_PART_LAUNCH 6 /* bench-gemm: past its warm-up calls */
+#endif
+struct mm_gemm_parts {
+  unsigned long long wait, loop, epilogue, tiles, mark;
+};
+static __device__ mm_gemm_parts mm_gemm_part_acc[MM_TL_MAX_CTAS][2];
+static __device__ unsigned int mm_gemm_part_launches;
+MM_DEVICE mm_gemm_parts* mm_gemm_part_slot() {
+  return blockIdx.x < MM_TL_MAX_CTAS && threadIdx.x < MM_GEMM_MATH_THREADS && (threadIdx.x & 127) == 0
+             ? &mm_gemm_part_acc[blockIdx.x][threadIdx.x >> 7]
+             : nullptr;
+}
+MM_DEVICE void mm_gemm_part_count_launch() {
+  if (blockIdx.x == 0) atomicAdd(&mm_gemm_part_launches, 1u);
+}
+MM_DEVICE void mm_gemm_part_begin() {
+  if (mm_gemm_parts* s = mm_gemm_part_slot()) *s = {0ull, 0ull, 0ull, 0ull, (unsigned long long)clock64()};
+}
+MM_DEVICE void mm_gemm_part_epilogue_start() {
+  if (mm_gemm_parts* s = mm_gemm_part_slot()) {
+    const unsigned long long now = clock64();
+    s->loop += now - s->mark;
+    s->mark = now;
+  }
+}
+MM_DEVICE void mm_gemm_part_epilogue_end(bool last) {
+  if (mm_gemm_parts* s = mm_gemm_part_slot()) {
+    const unsigned long long now = clock64();
+    s->epilogue += now - s->mark;
+    s->mark = now;
+    s->tiles++;
+    if (last && *(volatile unsigned int*)&mm_gemm_part_launches == MM_GEMM_PART_LAUNCH)
+      printf("gemm-parts cta %d wg %d tiles %llu loop %llu wait %llu epilogue %llu cycles\n", (int)blockIdx.x,
+             (int)(threadIdx.x >> 7), s->tiles, s->loop, s->wait, s->epilogue);
+  }
+}
+#endif
+
 /* Waits for a pipeline barrier phase. False when another role gave up, or
  * when twice the deadline passed (recorded as MM_SITE_GEMM_PIPE; the abort
  * word is set so the other roles leave too). Twice: a stage waits at most
  * for the producer's rows-ready wait plus a TMA load, so the producer's own
  * deadline fires first and names the real cause. (The diagnostic build
  * wraps it in the timed mm_gemm_wait below.) */
-#if MM_GEMM_WAIT_TIMER
+#if MM_GEMM_WAIT_TIMER || MM_GEMM_PART_TIMER
 #define MM_GEMM_WAIT_FN mm_gemm_wait_untimed
 #else
 #define MM_GEMM_WAIT_FN mm_gemm_wait
@@ -130,6 +190,15 @@ MM_DEVICE bool mm_gemm_wait(const mm_gemm_smem& sm, uint32_t bar, uint32_t parit
   const uint64_t t_wait = mm_globaltimer_ns();
   const bool got = mm_gemm_wait_untimed(sm, bar, parity, p);
   if (uint64_t* slot = mm_gemm_waited_slot()) *slot += mm_globaltimer_ns() - t_wait;
+  return got;
+}
+#endif
+#if MM_GEMM_PART_TIMER
+MM_DEVICE bool mm_gemm_wait(const mm_gemm_smem& sm, uint32_t bar, uint32_t parity, const mm_gemm_problem& p) {
+  mm_gemm_parts* slot = mm_gemm_part_slot();
+  const unsigned long long t0 = clock64();
+  const bool got = mm_gemm_wait_untimed(sm, bar, parity, p);
+  if (slot) slot->wait += clock64() - t0;
   return got;
 }
 #endif
