@@ -48,6 +48,9 @@ enum mb_mode { MB_NOSCALE = 0, MB_1P = 1, MB_2P = 2, MB_RESCALE = 3 };
 constexpr int kFeedBytes = 32 << 20;   /* the feed's source buffer: stays in the 60 MB L2 */
 constexpr int kSmemBudget = 220 << 10; /* stages + barriers + scales */
 constexpr int kTailBytes = 128 + 8 * 256 * 4; /* after the stages: 16 mbarriers, then 8 x 256 row scales */
+constexpr int kMaxStages = 4;
+constexpr int kMaxWarpgroups = 3;                      /* math warpgroups of a configuration */
+constexpr int kMaxThreads = kMaxWarpgroups * 128 + 128; /* + the feed warpgroup */
 
 /* Generated operand lists of the m64n192k32 and m64n256k32 wrappers (96 and 128 f32
  * accumulators per thread). */
@@ -146,8 +149,8 @@ struct mb_shape {
   static constexpr int kABytes = NWG * WAVES * 64 * 128; /* one K block of A */
   static constexpr int kBBytes = N * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  static constexpr int kStages =
-      (kSmemBudget - kTailBytes) / kStageBytes > 4 ? 4 : (kSmemBudget - kTailBytes) / kStageBytes;
+  static constexpr int kStagesFit = (kSmemBudget - kTailBytes) / kStageBytes;
+  static constexpr int kStages = kStagesFit < kMaxStages ? kStagesFit : kMaxStages;
   static constexpr int kSmem = 1024 + kStages * kStageBytes + kTailBytes; /* 1024: the alignment slack */
   /* + a feed warpgroup (its first thread issues the copies), so the registers move
    * between the roles by setmaxnreg as in the engine: 2 x 128 x 232 + 128 x 40 = 168 x 384,
@@ -157,6 +160,7 @@ struct mb_shape {
   static constexpr int kFeedRegs = NWG == 3 ? 32 : 40;
   static_assert(NWG == 1 || NWG * 128 * kMathRegs + 128 * kFeedRegs <= 65536, "setmaxnreg budget");
   static_assert(kStages >= 2, "two stages fit");
+  static_assert(NWG <= kMaxWarpgroups && kThreads <= kMaxThreads, "the sink and cycle buffers' sizes");
 };
 
 /* The ring position, identical in the feed thread and the math threads. */
@@ -418,9 +422,9 @@ extern "C" int mm_bench_mainloop_run(int kblocks) {
     return 1;
   }
   c.feed_src = feed;
-  MB_CUDA(cudaMalloc(&c.sink, sizeof(float) * c.sms * 640));
-  MB_CUDA(cudaMalloc(&c.cycles, sizeof(long long) * c.sms * 4));
-  c.h_cycles = new long long[c.sms * 4];
+  MB_CUDA(cudaMalloc(&c.sink, sizeof(float) * c.sms * kMaxThreads));
+  MB_CUDA(cudaMalloc(&c.cycles, sizeof(long long) * c.sms * kMaxWarpgroups));
+  c.h_cycles = new long long[c.sms * kMaxWarpgroups];
   MB_CUDA(cudaMalloc(&c.failed, sizeof(int)));
   MB_CUDA(cudaMemset(c.failed, 0, sizeof(int)));
   MB_CUDA(cudaEventCreate(&c.e0));
