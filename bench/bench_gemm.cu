@@ -211,8 +211,6 @@ int plan_ours(arm_ctx* c, mm_gemm_tile tile, int out_kind) {
   p->swiglu.group = 128;
   p->swiglu.out = c->g->q;
   p->swiglu.out_sf = c->g->q_sf;
-  /* Diagnostic: leave parts of the epilogue out to time them (contract.h). */
-  p->swiglu.diag_skip = getenv("MEGAMOE_SWIGLU_SKIP") ? atoi(getenv("MEGAMOE_SWIGLU_SKIP")) : 0;
   const megamoe_status st = mm_gemm_plan_make(p, tile, &c->plan);
   if (st != MEGAMOE_OK) {
     fprintf(stderr, "bench-gemm: ours (tile %s): %s: %s\n", mm_gemm_tile_name(tile), megamoe_status_string(st),

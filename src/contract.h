@@ -338,10 +338,6 @@ typedef struct mm_swiglu_epilogue {
   float clamp;
   uint8_t* out;
   float* out_sf;
-  /* Diagnostic only (bench-gemm, MEGAMOE_SWIGLU_SKIP), 0 everywhere else: the
-   * epilogue leaves out parts to time them: bit 0 the row-weight loads (w =
-   * 1), bit 1 the SwiGLU math (g * u), bit 2 the stores. */
-  int32_t diag_skip;
   /* Set by mm_gemm_plan_make when the plan's fourth tensor map is `out` as
    * [rows_cap][n / 2] bytes in boxes of 128 bytes x BM rows (a 256-wide
    * tile, `out` 16-byte aligned, n / 2 a multiple of 16): a kernel with the

@@ -31,25 +31,49 @@ MM_DEVICE uint16_t mm_float_to_bf16(float x) {
   return *reinterpret_cast<uint16_t*>(&b);
 }
 
-/* silu(g) * u with the contract's clamp. The clamp is written with
- * comparisons, as the reference does: a NaN stays NaN (fminf / fmaxf would
- * return the other operand and turn a NaN input into a finite clamp value,
- * so a NaN token would end in a finite, wrong row). Bitwise the same as
- * fminf / fmaxf for every non-NaN value. */
+/* min / max that return NaN when either operand is NaN (PTX min.NaN /
+ * max.NaN, sm_80+): one instruction where a compare and a select take two.
+ * For the clamp's operands (c > 0 or +inf, config.c) they equal the
+ * comparisons below on every value: no signed-zero tie can arise. */
+MM_DEVICE float mm_min_nan(float a, float b) {
+  float d;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+MM_DEVICE float mm_max_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+/* silu(g) * u with the contract's clamp: g = min(g, c), u = clamp(u, -c, c),
+ * as the reference writes it with comparisons (g > c ? c : g, ...). A NaN
+ * stays NaN (fminf / fmaxf would return the other operand and turn a NaN
+ * input into a finite clamp value, so a NaN token would end in a finite,
+ * wrong row); for every other value the NaN-propagating min / max give the
+ * comparisons' result.
+ * No branch: without the clamp the bound is +inf, which leaves every value
+ * as it is. A branch here was taken per element in the GEMM epilogue's
+ * unrolled loop and serialized it (docs/PERF.md, eighth session); the bound
+ * is loop-invariant, so the compiler selects it once. */
 MM_DEVICE float mm_swiglu(float g, float u, int has_clamp, float clamp) {
-  if (has_clamp) {
-    g = g > clamp ? clamp : g;
-    u = u > clamp ? clamp : (u < -clamp ? -clamp : u);
-  }
+  const float c = has_clamp ? clamp : __int_as_float(0x7f800000);
+  g = mm_min_nan(g, c);
+  u = mm_max_nan(mm_min_nan(u, c), -c);
   /* The hardware exp2 and reciprocal (ex2.approx, rcp.approx: a few ulp,
    * far below the e4m3 step the result is quantized to) instead of expf and
    * an IEEE division, ~20 instructions fewer per element in the L1
    * epilogue, which runs while the tensor cores wait (docs/PERF.md). Every
    * GPU arm calls this one function, so the arms stay bitwise equal; the CPU
    * reference keeps expf and the division (the tests' bounds absorb ulps).
+   * The ftz form of ex2 (no subnormal scaling around it: three
+   * instructions fewer) gives the same denominator: it differs only where
+   * exp(-g) is subnormal, and 1 + a subnormal rounds to 1 either way.
    * g -> -inf: exp overflows to inf and g * 0 = -0 as g / inf; g = -inf
    * gives NaN as the division does. */
-  return __fdividef(g, 1.0f + __expf(-g)) * u;
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(g * -1.4426950408889634f));
+  return __fdividef(g, 1.0f + e) * u;
 }
 
 /* Scale of one quantization group: the raw scale, not a power of two. */
@@ -63,11 +87,14 @@ MM_DEVICE float mm_group_scale(float amax) { return fmaxf(amax, 1e-10f) / 448.0f
  * q0 (a zero keeps its sign). The only quotients where it can differ are
  * those of a subnormal a, all below 2^-20, far under e4m3's smallest step.
  * Checked against the division on the CPU (150M draws) and on the GPU
- * (tests/gpu, quant_div). An infinite sf (an infinite amax) must take the
- * division: rcp = 0 there. */
-MM_DEVICE float mm_div_by_scale(float a, float sf, float rcp) {
+ * (tests/gpu, quant_div).
+ * An infinite sf (an infinite amax; rcp = 0) is folded in without a branch:
+ * the caller passes sf_fma = 0 there (mm_quant_e4m3x2). Then e = a, and
+ * q0 + e * rcp = a * 0 + a * 0: +-0 with a's sign for a finite a, NaN for an
+ * infinite or NaN a, which is a / inf exactly. */
+MM_DEVICE float mm_div_by_scale(float a, float sf_fma, float rcp) {
   const float q0 = __fmul_rn(a, rcp);
-  const float e = __fmaf_rn(-sf, q0, a);
+  const float e = __fmaf_rn(-sf_fma, q0, a);
   return e == 0.0f ? q0 : __fmaf_rn(e, rcp, q0);
 }
 
@@ -76,10 +103,13 @@ MM_DEVICE uint16_t mm_float2_to_e4m3x2(float x0, float x1) {
   return (uint16_t)__nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
 }
 
-/* The codes of a0 / sf and a1 / sf (the contract's quantization). */
+/* The codes of a0 / sf and a1 / sf (the contract's quantization), given
+ * rcp = __frcp_rn(sf). No branch (a division fallback per pair was a call
+ * and a branch in every step of the epilogue's unrolled loop): the infinite
+ * sf is mm_div_by_scale's sf_fma = 0 case, selected once per row. */
 MM_DEVICE uint16_t mm_quant_e4m3x2(float a0, float a1, float sf, float rcp) {
-  if (isfinite(sf)) return mm_float2_to_e4m3x2(mm_div_by_scale(a0, sf, rcp), mm_div_by_scale(a1, sf, rcp));
-  return mm_float2_to_e4m3x2(a0 / sf, a1 / sf);
+  const float sf_fma = isfinite(sf) ? sf : 0.0f;
+  return mm_float2_to_e4m3x2(mm_div_by_scale(a0, sf_fma, rcp), mm_div_by_scale(a1, sf_fma, rcp));
 }
 
 /* ---- The device error record (contract.h mm_device_status) ---------------

@@ -1274,7 +1274,8 @@ mm_test_result test_rows_ready(void) {
  * Bitwise equality of the arms rests on the codes being equal for every a
  * with |a| <= amax: 2^24 draws per launch of amax (any finite positive
  * float, and an infinite one) and a (= amax, in [amax/2, amax), or any float
- * below amax; signs, zeros and subnormals included). As a control, the
+ * below amax; signs, zeros, subnormals and NaN included; the codes compared as
+ * bits, so a NaN must give the division's NaN code). As a control, the
  * uncorrected product a * rcp must differ somewhere on the same draws (else
  * the draws could not see a wrong correction). */
 __device__ uint32_t quant_draw_bits(uint64_t i, uint32_t salt) {
@@ -1294,7 +1295,9 @@ __global__ void quant_div_kernel(uint64_t n, unsigned long long* mismatches, uns
     switch (y & 3) {
       case 0: a = amax; break;
       case 1: a = amax * __uint_as_float(0x3f000000u | (x >> 9)); break; /* [amax/2, amax) */
-      case 2: a = (y & 4) ? 0.f : __uint_as_float(y & 0x007fffffu); break; /* zero or subnormal */
+      case 2: /* zero, subnormal, or NaN (a NaN element is not in the amax: fmaxf skips it) */
+        a = (y & 0x30u) == 0x30u ? __int_as_float(0x7fc00000) : (y & 4) ? 0.f : __uint_as_float(y & 0x007fffffu);
+        break;
       default: a = fminf(__uint_as_float((x >> 1) & 0x7f7fffffu), amax); break;
     }
     if (y >> 31) a = -a;

@@ -280,11 +280,10 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
   const bool pair_in_wg = Cfg::kWN == 2 && q.group == 128;
   constexpr bool kCanPairAcross = Cfg::kSplitN && Cfg::kWN == 1 && Cfg::BN == 256;
   const bool pair_across = kCanPairAcross && q.group == 128;
-  const bool skip_w = q.diag_skip & 1, skip_math = q.diag_skip & 2, skip_store = q.diag_skip & 4;
   /* A full tile's codes go through the staging area and one TMA store (the
    * same for every math thread: the barriers below are CTA-wide); a partial
    * tile's are stored row by row, valid rows only. */
-  const bool staged = Cfg::kSwStage && tm_out != nullptr && q.tma_out && ti.rows == Cfg::BM && !skip_store;
+  const bool staged = Cfg::kSwStage && tm_out != nullptr && q.tma_out && ti.rows == Cfg::BM;
   if (staged) {
     if (threadIdx.x == 0) mm_bulk_wait_group_read<0>(); /* the previous tile's store has read the area */
     mm_gemm_math_barrier();
@@ -300,8 +299,8 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
      * the same pass as the math (the fused kernel: 1 % faster so at 2048
      * tokens, its registers being tighter). The same operations on each
      * element either way. */
-    const float w0 = ok0 ? (skip_w ? 1.f : mm_ld_relaxed_gpu_f32(q.row_weight + grow)) : 0.f;
-    const float w1 = ok1 ? (skip_w ? 1.f : mm_ld_relaxed_gpu_f32(q.row_weight + grow + 8)) : 0.f;
+    const float w0 = ok0 ? mm_ld_relaxed_gpu_f32(q.row_weight + grow) : 0.f;
+    const float w1 = ok1 ? mm_ld_relaxed_gpu_f32(q.row_weight + grow + 8) : 0.f;
     if constexpr (kLateWeights) {
 #pragma unroll
       for (int wn = 0; wn < Cfg::kWN; ++wn) {
@@ -311,7 +310,7 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
 #pragma unroll
           for (int b = 0; b < 4; ++b) {
             const int i = 4 * j + b;
-            a[i] = skip_math ? a[i] * a[i + 32] : mm_swiglu(a[i], a[i + 32], q.has_clamp, q.clamp);
+            a[i] = mm_swiglu(a[i], a[i + 32], q.has_clamp, q.clamp);
           }
       }
     }
@@ -326,8 +325,8 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
         for (int b = 0; b < 2; ++b) {
           const int i0 = 4 * j + b, i1 = 4 * j + 2 + b;
           if constexpr (!kLateWeights) {
-            a[i0] = skip_math ? a[i0] * a[i0 + 32] : mm_swiglu(a[i0], a[i0 + 32], q.has_clamp, q.clamp);
-            a[i1] = skip_math ? a[i1] * a[i1 + 32] : mm_swiglu(a[i1], a[i1 + 32], q.has_clamp, q.clamp);
+            a[i0] = mm_swiglu(a[i0], a[i0 + 32], q.has_clamp, q.clamp);
+            a[i1] = mm_swiglu(a[i1], a[i1 + 32], q.has_clamp, q.clamp);
           }
           a[i0] *= w0;
           a[i1] *= w1;
@@ -366,7 +365,7 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
         mm_gemm_math_barrier();
       }
     }
-    if (mm_gemm_wg_row0<Cfg>(wg) + 64 * wm >= ti.rows || skip_store) continue; /* nothing to store */
+    if (mm_gemm_wg_row0<Cfg>(wg) + 64 * wm >= ti.rows) continue; /* nothing to store */
 #pragma unroll
     for (int wn = 0; wn < Cfg::kWN; ++wn) {
       const float* a = acc[wm * Cfg::kWN + wn];
