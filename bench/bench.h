@@ -35,8 +35,12 @@ enum {
   MM_BENCH_OPT_ROUNDS = 1 << 5,
   MM_BENCH_OPT_MAX_TOKENS = 1 << 6,
   MM_BENCH_OPT_CSV = 1 << 7,
-  MM_BENCH_OPT_JSON = 1 << 8
+  MM_BENCH_OPT_JSON = 1 << 8,
+  MM_BENCH_OPT_PDL = 1 << 9,
+  MM_BENCH_OPT_BACK_TO_BACK = 1 << 10
 };
+
+enum { MM_BENCH_PDL_OFF = 0, MM_BENCH_PDL_ON = 1, MM_BENCH_PDL_BOTH = 2 };
 
 typedef struct mm_bench_layer_opts {
   const char* model;                  /* flash-rank (default), pro-rank, flash, pro */
@@ -52,6 +56,9 @@ typedef struct mm_bench_layer_opts {
   int num_arms;
   int iters, rounds;
   int no_bound;                       /* --no-bound: num_tokens_bound 0 (T_max) instead of the point's T */
+  int back_to_back;                   /* --back-to-back: the iters calls enqueued without flush or barrier between */
+  int pdl;                            /* --pdl: MM_BENCH_PDL_OFF (default), _ON, or _BOTH (each persistent
+                                         arm timed both ways in the same rounds; rows "<arm>-pdl") */
   const char* csv_path;               /* --csv: the rows as CSV (bench_report.h); NULL: none */
   const char* json_path;              /* --json: the rows as JSON; NULL: none */
   unsigned given;                     /* MM_BENCH_OPT_* bits */

@@ -40,6 +40,8 @@
 #define NVLINK_GBS 365.0      /* SM-driven writes/reads over NVLink, one way */
 
 #define MAX_ARMS MEGAMOE_ARM_COUNT
+/* A timed slot: one layer (arm) with programmatic launch off or on (--pdl). */
+#define MAX_SLOTS (2 * MAX_ARMS)
 
 typedef mm_bench_layer_opts bench_opts;
 
@@ -189,7 +191,7 @@ static int print_timeline(const megamoe_layer* layer, const char* arm, int64_t T
  * touched weights' bytes over the call's time, the rate the HBM floor
  * assumes at HBM_READ_GBS (floor_hbm_us is those bytes at that rate). */
 static void print_row(const mm_bench_row* r) {
-  printf("%-7s %7lld %10.1f %8.1f %9.1f %9.1f %8.1f %9.1f %9.1f %8.0f %9.1f %7.2f\n", r->arm, (long long)r->tokens, r->us,
+  printf("%-9s %7lld %10.1f %8.1f %9.1f %9.1f %8.1f %9.1f %9.1f %8.0f %9.1f %7.2f\n", r->arm, (long long)r->tokens, r->us,
          r->tflops, r->nvl_gbs, r->symm_mib, r->workspace_mib, r->floor_compute_us, r->floor_hbm_us,
          r->floor_hbm_us * HBM_READ_GBS / r->us, r->floor_nvl_us, r->us / mm_bench_row_floor(r));
   fflush(stdout);
@@ -262,17 +264,31 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
     MK(megamoe_prepare_weights(layers[a], &w, stream));
   }
   CK(cudaStreamSynchronize(stream));
-  /* The cells measured (points x arms built), for the progress line. */
-  int live_index[MAX_ARMS], num_live = 0;
-  for (int a = 0; a < o->num_arms; ++a) live_index[a] = layers[a] ? num_live++ : -1;
-  mm_bench_row rows[MM_BENCH_MAX_POINTS * MAX_ARMS];
+  /* The slots timed per point: every layer built, with programmatic launch
+   * off, on, or both ways (--pdl both; the staged arm ignores it, so it gets
+   * one slot). The same on every rank: the options and the arms built are. */
+  int slot_arm[MAX_SLOTS], slot_pdl[MAX_SLOTS], num_slots = 0;
+  char slot_name[MAX_SLOTS][32];
+  for (int a = 0; a < o->num_arms; ++a) {
+    if (!layers[a]) continue;
+    const int both = o->pdl == MM_BENCH_PDL_BOTH && o->arms[a] != MEGAMOE_ARM_STAGED;
+    for (int v = 0; v < (both ? 2 : 1); ++v) {
+      const int pdl = both ? v : o->pdl == MM_BENCH_PDL_ON;
+      slot_arm[num_slots] = a;
+      slot_pdl[num_slots] = pdl;
+      snprintf(slot_name[num_slots], sizeof slot_name[0], "%s%s", megamoe_arm_name(o->arms[a]),
+               pdl && o->arms[a] != MEGAMOE_ARM_STAGED ? "-pdl" : "");
+      ++num_slots;
+    }
+  }
+  mm_bench_row rows[MM_BENCH_MAX_POINTS * MAX_SLOTS];
   int num_rows = 0;
 
   int32_t* h_idx = malloc(sizeof(int32_t) * (size_t)(Tm * K));
   float* h_w = malloc(sizeof(float) * (size_t)(Tm * K));
   /* Sized by the options: iters per round, rounds per arm (checked at parse). */
   double* times = malloc(sizeof(double) * (size_t)o->iters);
-  double* round_median = malloc(sizeof(double) * (size_t)(MAX_ARMS * o->rounds));
+  double* round_median = malloc(sizeof(double) * (size_t)(MAX_SLOTS * o->rounds));
   if (!h_idx || !h_w || !times || !round_median) {
     fprintf(stderr, "rank %d: out of host memory\n", rank);
     return 3;
@@ -280,15 +296,20 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   if (rank == 0) {
     printf("\nmegamoe bench: %s, H %lld, I %lld, %d experts (%d per rank), top-%d, %d rank(s), T_max %lld\n",
            o->model, (long long)H, (long long)I, E, El, K, num_ranks, (long long)Tm);
-    printf("timing: L2 flush + all-rank barrier before each call, median of %d calls per round, %d rounds, arms bracketed; "
-           "each cell the slowest rank's median of round medians\n",
-           o->iters, o->rounds);
+    if (o->back_to_back)
+      printf("timing: %d calls back to back per round (one L2 flush + all-rank barrier before them), the mean per call, "
+             "%d rounds, arms bracketed; each cell the slowest rank's median of the rounds\n",
+             o->iters, o->rounds);
+    else
+      printf("timing: L2 flush + all-rank barrier before each call, median of %d calls per round, %d rounds, arms "
+             "bracketed; each cell the slowest rank's median of round medians\n",
+             o->iters, o->rounds);
     const char* engine = getenv("MEGAMOE_GEMM");
     printf("GEMM engine: %s (MEGAMOE_GEMM)\n", engine && !strcmp(engine, "simple") ? "simple" : "wgmma");
     printf("floors per rank: compute at %.0f TFLOP/s fp8, HBM = touched weights at %.0f GB/s, NVLink = bytes in at %.0f GB/s;\n"
            "W GB/s = the touched weights' bytes over the time (the rate the HBM floor assumes: %.0f)\n\n",
            FP8_TFLOPS, HBM_READ_GBS, NVLINK_GBS, HBM_READ_GBS);
-    printf("%-7s %7s %10s %8s %9s %9s %8s %9s %9s %8s %9s %7s\n", "arm", "T/rank", "us", "TFLOP/s", "NVL GB/s",
+    printf("%-9s %7s %10s %8s %9s %9s %8s %9s %9s %8s %9s %7s\n", "arm", "T/rank", "us", "TFLOP/s", "NVL GB/s",
            "symm MiB", "ws MiB", "fl.comp", "fl.HBM", "W GB/s", "fl.NVL", "x floor");
   }
   for (int p = 0; p < o->num_points; ++p) {
@@ -312,20 +333,37 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
     /* Every rank runs T tokens: T is the call's bound, as a serving engine
      * that knows its batch would pass it (--no-bound: 0, read as T_max). */
     megamoe_forward_args args = {x, x_sf, topk_idx, MEGAMOE_INDEX_INT32, topk_w, T, o->no_bound ? 0 : T, y};
-    double cell[MAX_ARMS] = {0};
-    for (int a = 0; a < o->num_arms; ++a)
-      if (layers[a]) {
-        for (int i = 0; i < 3; ++i) MK(megamoe_forward(layers[a], &args, stream)); /* warm-up */
-        MK(megamoe_sync(layers[a], stream));
-      }
+    double cell[MAX_SLOTS] = {0};
+    for (int s = 0; s < num_slots; ++s) {
+      megamoe_layer* layer = layers[slot_arm[s]];
+      MK(megamoe_set_programmatic_launch(layer, slot_pdl[s]));
+      for (int i = 0; i < 3; ++i) MK(megamoe_forward(layer, &args, stream)); /* warm-up */
+      MK(megamoe_sync(layer, stream));
+    }
     for (int round = 0; round < o->rounds; ++round) {
-      for (int j = 0; j < o->num_arms; ++j) {
-        const int a = round % 2 == 0 ? j : o->num_arms - 1 - j;
-        if (!layers[a]) continue;
+      for (int j = 0; j < num_slots; ++j) {
+        const int s = round % 2 == 0 ? j : num_slots - 1 - j, a = slot_arm[s];
+        MK(megamoe_set_programmatic_launch(layers[a], slot_pdl[s]));
         if (rank == 0)
           fprintf(stderr, "bench: cell %d of %d (%s, T %lld), round %d of %d, %.1f s elapsed\n",
-                  p * num_live + live_index[a] + 1, o->num_points * num_live, megamoe_arm_name(o->arms[a]),
-                  (long long)T, round + 1, o->rounds, mm_cli_now_s() - t_start);
+                  p * num_slots + s + 1, o->num_points * num_slots, slot_name[s], (long long)T, round + 1,
+                  o->rounds, mm_cli_now_s() - t_start);
+        if (o->back_to_back) {
+          /* --back-to-back: the iters forwards enqueued one after the other
+           * (as a serving engine's layers follow each other), one flush and
+           * barrier before them; the round's figure is the mean per call. */
+          CK(cudaMemsetAsync(flush, round & 0xff, flush_bytes, stream));
+          if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
+          CK(cudaEventRecord(ev0, stream));
+          for (int it = 0; it < o->iters; ++it) MK(megamoe_forward(layers[a], &args, stream));
+          CK(cudaEventRecord(ev1, stream));
+          CK(cudaEventSynchronize(ev1));
+          float ms = 0;
+          CK(cudaEventElapsedTime(&ms, ev0, ev1));
+          MK(megamoe_sync(layers[a], stream));
+          round_median[s * o->rounds + round] = ms * 1000.0 / o->iters;
+          continue;
+        }
         for (int it = 0; it < o->iters; ++it) {
           CK(cudaMemsetAsync(flush, it & 0xff, flush_bytes, stream));
           if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
@@ -338,14 +376,13 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
           times[it] = ms * 1000.0;
         }
         MK(megamoe_sync(layers[a], stream));
-        round_median[a * o->rounds + round] = median(times, o->iters);
+        round_median[s * o->rounds + round] = median(times, o->iters);
       }
     }
-    for (int a = 0; a < o->num_arms; ++a)
-      if (layers[a]) cell[a] = median(&round_median[a * o->rounds], o->rounds);
-    double worst[MAX_ARMS];
+    for (int s = 0; s < num_slots; ++s) cell[s] = median(&round_median[s * o->rounds], o->rounds);
+    double worst[MAX_SLOTS];
     memcpy(worst, cell, sizeof worst);
-    if (allreduce_max(worst, MAX_ARMS, comm, stream, rank) != 0) return 3;
+    if (allreduce_max(worst, MAX_SLOTS, comm, stream, rank) != 0) return 3;
     /* Floors for this rank (from its routing), then the slowest rank's. */
     const double flops = 2.0 * rs.routed * 3.0 * (double)H * (double)I;
     const double weight_bytes = rs.experts_hit * (3.0 * (double)H * (double)I);
@@ -354,27 +391,28 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
                         nvl_bytes / (NVLINK_GBS * 1e9) * 1e6, flops};
     double nvl_rate[1] = {0};
     if (allreduce_max(floors, 4, comm, stream, rank) != 0) return 3;
-    for (int a = 0; a < o->num_arms; ++a) {
-      if (!layers[a]) continue;
-      nvl_rate[0] = nvl_bytes / (worst[a] * 1e-6) / 1e9;
+    for (int s = 0; s < num_slots; ++s) {
+      const int a = slot_arm[s];
+      nvl_rate[0] = nvl_bytes / (worst[s] * 1e-6) / 1e9;
       double rate = nvl_rate[0];
       if (allreduce_max(&rate, 1, comm, stream, rank) != 0) return 3;
       if (rank == 0) {
         mm_bench_row* row = &rows[num_rows++];
-        *row = (mm_bench_row){megamoe_arm_name(o->arms[a]), num_ranks, T, El, H, I, K, worst[a],
-                              floors[3] / (worst[a] * 1e-6) / 1e12, rate, floors[0], floors[1], floors[2],
+        *row = (mm_bench_row){slot_name[s], num_ranks, T, El, H, I, K, worst[s],
+                              floors[3] / (worst[s] * 1e-6) / 1e12, rate, floors[0], floors[1], floors[2],
                               sym_bytes[a] / 1048576.0, ws_bytes[a] / 1048576.0};
         print_row(row);
       }
       /* The persistent arms' in-kernel timeline of one more forward (MEGAMOE_TIMELINE=1). */
       if (o->arms[a] != MEGAMOE_ARM_STAGED && getenv("MEGAMOE_TIMELINE")) {
+        MK(megamoe_set_programmatic_launch(layers[a], slot_pdl[s]));
         CK(cudaMemsetAsync(flush, 0, flush_bytes, stream));
         if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
         MK(megamoe_forward(layers[a], &args, stream));
         MK(megamoe_sync(layers[a], stream));
         /* Every rank's, in rank order (a slow peer shows as rank 0's wait at barrier 1). */
         for (int r = 0; r < num_ranks; ++r) {
-          if (rank == r && print_timeline(layers[a], megamoe_arm_name(o->arms[a]), T, rank) != 0) return 3;
+          if (rank == r && print_timeline(layers[a], slot_name[s], T, rank) != 0) return 3;
           fflush(stdout);
           if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
           CK(cudaStreamSynchronize(stream));

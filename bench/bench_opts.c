@@ -65,6 +65,21 @@ int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o) {
     } else if (!strcmp(a, "--no-bound")) {
       o->no_bound = 1;
       bad = 0;
+    } else if (!strcmp(a, "--back-to-back")) {
+      o->back_to_back = 1;
+      o->given |= MM_BENCH_OPT_BACK_TO_BACK;
+      bad = 0;
+    } else if (!strcmp(a, "--pdl")) {
+      const char* v = mm_cli_value("bench", argc, argv, &i);
+      bad = 0;
+      if (v && !strcmp(v, "off")) o->pdl = MM_BENCH_PDL_OFF;
+      else if (v && !strcmp(v, "on")) o->pdl = MM_BENCH_PDL_ON;
+      else if (v && !strcmp(v, "both")) o->pdl = MM_BENCH_PDL_BOTH;
+      else {
+        if (v) fprintf(stderr, "bench: --pdl %s: want off, on or both\n", v);
+        bad = 1;
+      }
+      o->given |= MM_BENCH_OPT_PDL;
     } else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) {
       const char* v = mm_cli_value("bench", argc, argv, &i);
       bad = !v || mm_bench_check_writable("bench", a, v) != 0;

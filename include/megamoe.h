@@ -294,6 +294,22 @@ typedef struct megamoe_forward_args {
   void* y;
 } megamoe_forward_args;
 
+/* Programmatic dependent launch (Hopper's griddepcontrol) for the persistent
+ * arms' kernels: enable 1 launches them with programmatic stream
+ * serialization, so a forward's kernel may be scheduled while the kernel
+ * before it on the stream (the caller's, or the previous forward's) still
+ * runs. What it saves is the launch gap: each kernel waits, before it reads
+ * anything (the caller's inputs, the layer's own buffers), until the kernel
+ * before it has completed and its writes are visible, so results are
+ * bitwise the same on and off; and each kernel lets the next one on the
+ * stream be scheduled early (which matters only if that kernel was launched
+ * the same way). The split arm's two kernels overlap each other's launch the
+ * same way. The staged arm ignores it (its kernels are launched as before).
+ * Per rank, not collective: ranks may differ. Default 0. Works under stream
+ * capture: the graph keeps the programmatic edges. enable must be 0 or 1
+ * (MEGAMOE_ERR_BAD_ARGUMENT otherwise). Takes effect from the next forward. */
+megamoe_status megamoe_set_programmatic_launch(megamoe_layer* layer, int enable);
+
 /* Collective: every rank calls it, in the same order, the same number of
  * times. Enqueues the layer on stream and returns without waiting. Errors the
  * device finds (a bad top-k index, a pool overflow, a timeout, a peer's

@@ -124,6 +124,8 @@ typedef struct mm_layer_view {
                                         or NULL (off: MEGAMOE_TIMELINE=1 at create turns it on) */
   int32_t ring_blocks;               /* fused arm: ring slots of MM_FUSED_BLOCK_ROWS rows (pool_rows / 128) */
   int32_t virtual_blocks;            /* fused arm: per-block counters per bank (the worst case at T_max) */
+  int32_t programmatic_launch;       /* 1: the persistent arms' kernels launch with programmatic stream
+                                        serialization (megamoe_set_programmatic_launch); host only */
 } mm_layer_view;
 
 /* One forward's inputs. The kernels read every rank's tokens from its

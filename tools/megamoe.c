@@ -42,6 +42,11 @@ static const char* const kUsageBench =
     "      --rounds N             rounds, arms bracketed A B, B A, ..., 1..100 (3)\n"
     "      --no-bound             pass num_tokens_bound = 0 (T_max) instead of the point's T, which every\n"
     "                             rank knows here (the fused arm sizes its order from the bound)\n"
+    "      --back-to-back         time the --iters calls of a round enqueued one after the other (no flush or\n"
+    "                             barrier between: successive layers of a serving engine), the mean per call\n"
+    "      --pdl off|on|both      programmatic dependent launch of the persistent arms' kernels\n"
+    "                             (megamoe_set_programmatic_launch; off); both: each such arm timed\n"
+    "                             both ways in the same bracketed rounds, rows <arm>-pdl\n"
     "      --csv FILE, --json FILE  also write the rows there: one per (arm, tokens, experts per rank) with\n"
     "                             us, TFLOP/s, floors, MiB, vs_<arm> = us / that arm's us (no GPU: the\n"
     "                             reference's rows); a progress line per cell goes to stderr\n"
@@ -379,7 +384,8 @@ static int bench_without_gpu(const mm_bench_layer_opts* o) {
     const char* name;
   } kIgnored[] = {{MM_BENCH_OPT_MODEL, "--model"},   {MM_BENCH_OPT_ARMS, "--arms"},
                   {MM_BENCH_OPT_ITERS, "--iters"},   {MM_BENCH_OPT_ROUNDS, "--rounds"},
-                  {MM_BENCH_OPT_MAX_TOKENS, "--max-tokens"}};
+                  {MM_BENCH_OPT_MAX_TOKENS, "--max-tokens"}, {MM_BENCH_OPT_PDL, "--pdl"},
+                  {MM_BENCH_OPT_BACK_TO_BACK, "--back-to-back"}};
   const int R = (o->given & MM_BENCH_OPT_RANKS) ? o->ranks : 4;
   const int64_t default_points[1] = {256};
   const int64_t* points = (o->given & MM_BENCH_OPT_TOKENS) ? o->tokens : default_points;

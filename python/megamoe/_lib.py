@@ -164,6 +164,7 @@ PROTOTYPES = [
     ("megamoe_forward_reject", status_t, [c_void_p, status_t, ctypes.c_char_p, c_void_p]),
     ("megamoe_sync", status_t, [c_void_p, c_void_p]),
     ("megamoe_error_word", status_t, [c_void_p, POINTER(c_void_p)]),
+    ("megamoe_set_programmatic_launch", status_t, [c_void_p, c_int]),
     ("megamoe_input_staging", status_t, [c_void_p, POINTER(c_void_p), POINTER(c_void_p)]),
     ("megamoe_layer_config", POINTER(megamoe_config), [c_void_p]),
     ("megamoe_layer_rank", c_int, [c_void_p]),

@@ -386,6 +386,15 @@ class Layer:
         check(_lib_.megamoe_error_word(self._layer("error_word"), ctypes.byref(ptr)), "megamoe_error_word")
         return ptr.value
 
+    def set_programmatic_launch(self, enable=True):
+        """Programmatic dependent launch of the split and fused arms' kernels
+        (megamoe_set_programmatic_launch): a forward's kernel may be scheduled
+        while the kernel before it on the stream still runs; results are bitwise
+        the same on and off; the staged arm ignores it. Per rank, from the next
+        forward on."""
+        check(_lib_.megamoe_set_programmatic_launch(self._layer("set_programmatic_launch"), 1 if enable else 0),
+              "megamoe_set_programmatic_launch")
+
     def error_word_tensor(self):
         """The error word as a one-element torch.int32 tensor on the layer's device,
         aliasing the layer's memory (read it, do not write it; valid until close()).

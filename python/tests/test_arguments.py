@@ -188,6 +188,8 @@ def test_info_and_error_word_of_a_layer(layer):
     assert {k: v for k, v in d.items() if k in want} == want
     with pytest.raises(megamoe.NullPointerError, match="layer is NULL"):
         layer.error_word()
+    with pytest.raises(megamoe.NullPointerError, match="layer is NULL"):
+        layer.set_programmatic_launch(True)
 
 
 class _BrokenProducer:

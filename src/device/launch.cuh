@@ -1,6 +1,10 @@
 /* The persistent arms' launch (split, fused): a cooperative grid (the
  * kernels have grid barriers, so every CTA must be resident) of `grid` CTAs
- * of MM_GEMM_THREADS threads with `smem` bytes of dynamic shared memory. */
+ * of MM_GEMM_THREADS threads with `smem` bytes of dynamic shared memory.
+ * programmatic: also programmatic stream serialization (the kernel may be
+ * scheduled before the previous one on the stream ends; every persistent
+ * kernel runs mm_grid_dependency_wait before it touches global memory,
+ * ptx/sync.cuh). */
 #ifndef MEGAMOE_DEVICE_LAUNCH_CUH
 #define MEGAMOE_DEVICE_LAUNCH_CUH
 
@@ -10,17 +14,19 @@
 #include "gemm/gemm_cfg.cuh"
 
 static inline cudaError_t mm_launch_cooperative(const void* fn, void** args, int grid, uint32_t smem,
-                                                cudaStream_t stream) {
+                                                cudaStream_t stream, int programmatic) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)grid);
   cfg.blockDim = dim3(MM_GEMM_THREADS);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeCooperative;
   attr[0].val.cooperative = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = programmatic ? 2 : 1;
   return cudaLaunchKernelExC(&cfg, fn, args);
 }
 

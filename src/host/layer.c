@@ -644,6 +644,15 @@ megamoe_status megamoe_sync(megamoe_layer* l, cudaStream_t stream) {
   return mm_fail(code, "%s", message);
 }
 
+megamoe_status megamoe_set_programmatic_launch(megamoe_layer* l, int enable) {
+  mm_clear_error();
+  MM_CHECK_NULL(l, "layer");
+  if (enable != 0 && enable != 1)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "enable = %d: must be 0 or 1", enable);
+  l->view.programmatic_launch = enable; /* read by the persistent arms' launches (device/launch.cuh) */
+  return MEGAMOE_OK;
+}
+
 megamoe_status megamoe_error_word(megamoe_layer* l, const int32_t** word) {
   mm_clear_error();
   MM_CHECK_NULL(l, "layer");

@@ -616,6 +616,126 @@ static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
+/* Programmatic dependent launch (megamoe_set_programmatic_launch), on three
+ * inputs with their own buffers (one config and weights): with it off, each
+ * forward synced and judged against the reference; then with it on, the three
+ * enqueued back to back with one sync at the end, so each forward's kernels
+ * may be scheduled while the previous forward's still run (its first reads
+ * must wait for them: griddepcontrol.wait), and each y must be bitwise its
+ * off result; then the three captured in one graph with it on (the graph
+ * keeps the programmatic edges) and replayed twice, bitwise again. enable 2
+ * is rejected naming it. The staged arm ignores the setting: the same
+ * checks hold there. */
+static mm_test_result t_programmatic_launch(const mm_rank_ctx* ctx) {
+  enum { N = 3 };
+  lc_case base = lt_make(ctx, 512, 384, EXPERTS(ctx, 4), 3, 96, 23);
+  base.weight_seed = base.seed;
+  lc_case cases[N];
+  lc_data data[N];
+  lc_device dev[N];
+  uint16_t* off[N] = {NULL, NULL, NULL};
+  memset(data, 0, sizeof data);
+  memset(dev, 0, sizeof dev);
+  int bad = 0;
+  const int64_t H = base.cfg.hidden, T = base.tokens[ctx->rank];
+  const size_t y_elems = (size_t)(T * H);
+  for (int i = 0; i < N; ++i) {
+    cases[i] = base;
+    cases[i].seed = base.seed + 211u * (uint64_t)(i + 1);
+    cases[i].mask_ratio = 0.2 * i;
+    if (!bad) bad |= lc_build(&cases[i], ctx->num_ranks, ctx->rank, &data[i]) != 0;
+    if (!bad) bad |= lc_upload(&cases[i], &data[i], ctx->rank, &dev[i]) != 0;
+    off[i] = malloc(sizeof(uint16_t) * y_elems + 1);
+    bad |= off[i] == NULL;
+  }
+  uint16_t* y = malloc(sizeof(uint16_t) * y_elems + 1);
+  bad |= y == NULL;
+  megamoe_layer* layer = NULL;
+  if (megamoe_create(&base.cfg, ctx->comm, &layer) != MEGAMOE_OK) { /* collective: agrees on failure */
+    fprintf(stderr, "    rank %d: create: %s\n", ctx->rank, megamoe_last_error());
+    bad = 1;
+  } else {
+    megamoe_weights w = {dev[0].w1, dev[0].w1_sf, dev[0].w2, dev[0].w2_sf};
+    bad |= megamoe_prepare_weights(layer, &w, ctx->stream) != MEGAMOE_OK;
+    /* Off: each forward alone, judged against the reference. Every rank
+     * runs every forward, whatever failed locally (empty when bad). */
+    for (int i = 0; i < N; ++i) {
+      megamoe_forward_args a = lc_args(&cases[i], &dev[i], ctx->rank);
+      if (bad) a.num_tokens = 0;
+      if (lc_forward(layer, ctx, &a, H) != MEGAMOE_OK) {
+        fprintf(stderr, "    rank %d: forward %d (off): %s\n", ctx->rank, i, megamoe_last_error());
+        bad = 1;
+      }
+      if (!bad && (lc_download(dev[i].y, T * H, off[i]) != 0 ||
+                   lc_compare(&cases[i], &data[i], ctx->rank, off[i], "programmatic launch off") != 0))
+        bad = 1;
+    }
+    const megamoe_status rejected = megamoe_set_programmatic_launch(layer, 2);
+    if (rejected != MEGAMOE_ERR_BAD_ARGUMENT || !strstr(megamoe_last_error(), "enable")) {
+      fprintf(stderr, "    rank %d: enable = 2 gave %s (%s), not BAD_ARGUMENT naming it\n", ctx->rank,
+              megamoe_status_string(rejected), megamoe_last_error());
+      bad = 1;
+    }
+    bad |= megamoe_set_programmatic_launch(layer, 1) != MEGAMOE_OK;
+    /* On, back to back (then in a graph, replayed twice): one sync per pass. */
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    for (int pass = 0; pass < 3; ++pass) {
+      for (int i = 0; i < N; ++i) bad |= lc_poison(dev[i].y, T * H) != 0;
+      if (pass == 0) {
+        for (int i = 0; i < N; ++i) {
+          megamoe_forward_args a = lc_args(&cases[i], &dev[i], ctx->rank);
+          if (bad) a.num_tokens = 0;
+          bad |= megamoe_forward(layer, &a, ctx->stream) != MEGAMOE_OK;
+        }
+      } else {
+        if (pass == 1) {
+          megamoe_status st = MEGAMOE_OK;
+          bad |= cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess;
+          for (int i = 0; i < N; ++i) {
+            megamoe_forward_args a = lc_args(&cases[i], &dev[i], ctx->rank);
+            if (bad) a.num_tokens = 0;
+            if (st == MEGAMOE_OK) st = megamoe_forward(layer, &a, ctx->stream);
+          }
+          if (st != MEGAMOE_OK) fprintf(stderr, "    rank %d: forward under capture: %s\n", ctx->rank, megamoe_last_error());
+          bad |= cudaStreamEndCapture(ctx->stream, &graph) != cudaSuccess || st != MEGAMOE_OK;
+          bad |= cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess;
+        }
+        /* Every rank launches (peers wait in the graph's barriers otherwise). */
+        if (exec) bad |= cudaGraphLaunch(exec, ctx->stream) != cudaSuccess;
+      }
+      const megamoe_status st = megamoe_sync(layer, ctx->stream);
+      if (st != MEGAMOE_OK) {
+        fprintf(stderr, "    rank %d: pass %d (on): %s\n", ctx->rank, pass, megamoe_last_error());
+        bad = 1;
+      }
+      for (int i = 0; i < N && !bad; ++i) {
+        if (lc_download(dev[i].y, T * H, y) != 0) {
+          bad = 1;
+          break;
+        }
+        int64_t first = -1;
+        const int64_t differ = lc_count_differences(off[i], y, T * H, &first);
+        if (differ) {
+          fprintf(stderr, "    rank %d: %s, forward %d: %lld elements differ from off (first at %lld)\n", ctx->rank,
+                  pass == 0 ? "on, back to back" : "on, graph replay", i, (long long)differ, (long long)first);
+          bad = 1;
+        }
+      }
+    }
+    if (exec) bad |= cudaGraphExecDestroy(exec) != cudaSuccess;
+    if (graph) bad |= cudaGraphDestroy(graph) != cudaSuccess;
+    bad |= megamoe_destroy(layer) != MEGAMOE_OK;
+  }
+  free(y);
+  for (int i = 0; i < N; ++i) {
+    free(off[i]);
+    lc_device_free(&dev[i]);
+    lc_free(&data[i]);
+  }
+  return bad ? MM_TEST_FAIL : MM_TEST_PASS;
+}
+
 /* A bad top-k index on rank 0 (found on the device): rank 0's sync reports
  * MEGAMOE_ERR_BAD_TOPK_INDEX, the others MEGAMOE_ERR_PEER_FAILED; the layer
  * stays usable and the next forward is right. */
@@ -759,6 +879,7 @@ const mm_rank_test mm_layer_tests[] = {
     {"decode: T = 1..256 with its own bound and with T_max, bitwise equal", t_decode_tiles, 1},
     {"arms: bitwise equal to staged", t_arms_bitwise, 1},
     {"graph: one capture replayed on 3 inputs", t_graph_replay, 1},
+    {"programmatic launch: on = off bitwise, back to back and in a graph", t_programmatic_launch, 1},
     {"sanitize small: uniform routing, 2 forwards", t_sanitize_uniform, 1},
     {"sanitize small: 25% masked, T = 0 on the last rank, int64 top-k, group 64", t_sanitize_masked, 1},
     {"sanitize small: every token on one expert, clamp", t_sanitize_one_expert, 1},

@@ -239,6 +239,15 @@ static mm_test_result test_bench_without_gpu_honours_options(void) {
   CHECK_EQ_INT(r->status, MM_EXIT_OK);
   CHECK_HAS(r->out, "CPU reference: T 256 per rank");
   CHECK_LACKS(r->out, "ignored");
+  /* The GPU-only timing options parse, are named as ignored, and a bad
+   * --pdl value is a usage error naming it. */
+  RUN(r, "bench", "--tokens", "16", "--pdl", "both", "--back-to-back");
+  CHECK_MSG(r->status == MM_EXIT_OK, "exit %d; stderr: %s", r->status, r->err);
+  CHECK_HAS(r->out, "ignored without a GPU: --pdl, --back-to-back");
+  RUN(r, "bench", "--pdl", "yes");
+  CHECK_USAGE_ERROR(r, "--pdl yes");
+  RUN(r, "bench", "--pdl");
+  CHECK_USAGE_ERROR(r, "--pdl needs a value");
   return MM_TEST_PASS;
 }
 

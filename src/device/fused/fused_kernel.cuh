@@ -559,6 +559,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
   const int lane = tid & 31;
   mm_device_status* st = mm_status(L);
+  mm_programmatic_launch_prologue(); /* before any global memory access (megamoe_set_programmatic_launch) */
 
   /* A-C. Phase A clears the counter bank of forward f + 1, the one forward
    * f - 1 used (finished before this kernel started; nothing of it is read;

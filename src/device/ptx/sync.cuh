@@ -18,6 +18,34 @@ MM_PTX_DEVICE void mm_fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+/* Programmatic dependent launch (PTX "griddepcontrol", sm_90). When a
+ * kernel is launched with programmatic stream serialization it may start
+ * before the previous kernel on its stream has finished:
+ *   mm_grid_dependency_wait      blocks until every prerequisite grid has
+ *                                completed and its memory is visible; a
+ *                                no-op for a kernel launched without it.
+ *                                Nothing written by an earlier kernel (the
+ *                                caller's inputs, the layer's own buffers)
+ *                                may be touched before it.
+ *   mm_grid_launch_dependents    lets the next kernel on the stream, if it
+ *                                was launched the same way, be scheduled
+ *                                (its CTAs still need free SMs, and it
+ *                                still waits for this grid's completion
+ *                                before touching our results). */
+MM_PTX_DEVICE void mm_grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+MM_PTX_DEVICE void mm_grid_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+/* The first thing each persistent kernel does (every thread, before any
+ * global memory access): wait for the kernel before it, then let the next
+ * one be scheduled. That one cannot take an SM before this kernel's CTA there
+ * has exited (one CTA fills an SM's shared memory and registers), and it
+ * waits for this grid's completion before it reads anything, so triggering
+ * at the start only moves its launch off the critical path. */
+MM_PTX_DEVICE void mm_programmatic_launch_prologue() {
+  mm_grid_dependency_wait();
+  mm_grid_launch_dependents();
+}
+
 /* Named barrier `id` (1..15; 0 is __syncthreads) over `count` threads, a
  * multiple of 32; every participating warp executes it. */
 MM_PTX_DEVICE void mm_named_barrier_sync(uint32_t id, uint32_t count) {

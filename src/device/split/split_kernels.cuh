@@ -53,6 +53,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int tid = threadIdx.x;
   const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
   const int lane = tid & 31;
+  mm_programmatic_launch_prologue(); /* before any global memory access (megamoe_set_programmatic_launch) */
   if (!mm_split_route(L, F, reinterpret_cast<int*>(sm.a_ptr))) return;
 
   mm_sched_grouped sched;
@@ -136,6 +137,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int tid = threadIdx.x;
   const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
   const int lane = tid & 31;
+  mm_programmatic_launch_prologue(); /* kernel 1 has completed from here on */
   if (tid == 0) mm_tl_stamp(L, MM_TL_K2_START);
 
   mm_sched_grouped sched;
