@@ -307,7 +307,8 @@ typedef struct megamoe_forward_args {
  * same way. The staged arm ignores it (its kernels are launched as before).
  * Per rank, not collective: ranks may differ. Default 0. Works under stream
  * capture: the graph keeps the programmatic edges. enable must be 0 or 1
- * (MEGAMOE_ERR_BAD_ARGUMENT otherwise). Takes effect from the next forward. */
+ * (MEGAMOE_ERR_BAD_ARGUMENT otherwise). Takes effect from the next forward
+ * enqueued; a graph keeps the setting its forwards were captured with. */
 megamoe_status megamoe_set_programmatic_launch(megamoe_layer* layer, int enable);
 
 /* Collective: every rank calls it, in the same order, the same number of

@@ -231,6 +231,9 @@ static mm_test_result t_null_layer(const mm_rank_ctx* ctx) {
   const int32_t* w = NULL;
   CHECK_STATUS(megamoe_error_word(NULL, &w), MEGAMOE_ERR_NULL_POINTER);
   CHECK_STATUS(megamoe_sync(NULL, ctx->stream), MEGAMOE_ERR_NULL_POINTER);
+  /* A call that succeeds clears the message, so the next check reads this call's own. */
+  const megamoe_config cfg = megamoe_config_make(512, 256, 8, 2, 64);
+  CHECK_STATUS(megamoe_check_config(&cfg, 1), MEGAMOE_OK);
   CHECK_STATUS(megamoe_set_programmatic_launch(NULL, 1), MEGAMOE_ERR_NULL_POINTER);
   CHECK(strstr(megamoe_last_error(), "layer") != NULL);
   return MM_TEST_PASS;

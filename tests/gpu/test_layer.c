@@ -692,10 +692,13 @@ static mm_test_result t_programmatic_launch(const mm_rank_ctx* ctx) {
         if (pass == 1) {
           megamoe_status st = MEGAMOE_OK;
           bad |= cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess;
+          /* All N forwards are captured whatever fails, so every rank's graph
+           * holds the same collective sequence. */
           for (int i = 0; i < N; ++i) {
             megamoe_forward_args a = lc_args(&cases[i], &dev[i], ctx->rank);
             if (bad) a.num_tokens = 0;
-            if (st == MEGAMOE_OK) st = megamoe_forward(layer, &a, ctx->stream);
+            const megamoe_status sti = megamoe_forward(layer, &a, ctx->stream);
+            if (st == MEGAMOE_OK) st = sti;
           }
           if (st != MEGAMOE_OK) fprintf(stderr, "    rank %d: forward under capture: %s\n", ctx->rank, megamoe_last_error());
           bad |= cudaStreamEndCapture(ctx->stream, &graph) != cudaSuccess || st != MEGAMOE_OK;

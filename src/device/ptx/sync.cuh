@@ -37,10 +37,12 @@ MM_PTX_DEVICE void mm_grid_launch_dependents() { asm volatile("griddepcontrol.la
 
 /* The first thing each persistent kernel does (every thread, before any
  * global memory access): wait for the kernel before it, then let the next
- * one be scheduled. That one cannot take an SM before this kernel's CTA there
- * has exited (one CTA fills an SM's shared memory and registers), and it
- * waits for this grid's completion before it reads anything, so triggering
- * at the start only moves its launch off the critical path. */
+ * one be scheduled. When that is one of the layer's persistent kernels it
+ * cannot take an SM before this kernel's CTA there has exited (one CTA fills
+ * an SM's shared memory); a small caller kernel may start beside ours and run
+ * its own work up to its wait. Either way it waits for this grid's
+ * completion before it reads our results, so triggering at the start only
+ * moves its launch off the critical path. */
 MM_PTX_DEVICE void mm_programmatic_launch_prologue() {
   mm_grid_dependency_wait();
   mm_grid_launch_dependents();

@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
   const int lane = tid & 31;
   mm_programmatic_launch_prologue(); /* kernel 1 has completed from here on */
-  if (tid == 0) mm_tl_stamp(L, MM_TL_K2_START);
+  if (tid == 0) mm_tl_stamp(L, MM_TL_K2_START); /* with programmatic launch: when kernel 1 completed */
 
   mm_sched_grouped sched;
   /* The claimed tile ids are read by the 8 math warps and the 3 copy warps. */
