@@ -15,6 +15,10 @@
  *            accumulates into it (how seed 000's kernel runs n256: no fp32 promotion, the
  *            running sum goes through the tensor core; outside our numerics contract, timed
  *            only for comparison).
+ * own B (the "own B" rows): each warpgroup reads its own B block from the stage (the
+ * stage holds one per warpgroup), as when the two warpgroups run different tiles (a
+ * staggered schedule that overlaps one's epilogue with the other's K loop): the same
+ * chains, more bytes per FLOP through the ring.
  * feed = on: a producer thread fills a ring of stages (cp.async.bulk from a 32 MB
  * L2-resident buffer, the tile's A and B bytes per K block, full/empty mbarriers as in the
  * engine) and the chains read the stage they waited for; off: they read one resident stage.
@@ -142,12 +146,13 @@ MB_DEVICE bool mb_wait(uint32_t bar, uint32_t parity, int* failed) {
 }
 
 /* Shapes of a configuration: NWG math warpgroups, each WAVES waves of 64 rows x N
- * columns (waves stacked along M, sharing the B block). */
-template <int NWG, int N, int WAVES>
+ * columns (waves stacked along M, sharing the B block; OWNB: a B block per warpgroup). */
+template <int NWG, int N, int WAVES, bool OWNB = false>
 struct mb_shape {
   static constexpr int kR = N / 2;                      /* accumulators per thread per wave */
   static constexpr int kABytes = NWG * WAVES * 64 * 128; /* one K block of A */
-  static constexpr int kBBytes = N * 128;
+  static constexpr int kBBlockBytes = N * 128;          /* one B block (N columns x 128 K) */
+  static constexpr int kBBytes = (OWNB ? NWG : 1) * kBBlockBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kStagesFit = (kSmemBudget - kTailBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit < kMaxStages ? kStagesFit : kMaxStages;
@@ -174,10 +179,10 @@ MB_DEVICE void mb_advance(mb_pipe& p, uint32_t stages) {
   }
 }
 
-template <int NWG, int N, int MODE, int WAVES, bool kFeed>
-__global__ void __launch_bounds__(mb_shape<NWG, N, WAVES>::kThreads, 1)
+template <int NWG, int N, int MODE, int WAVES, bool kFeed, bool OWNB>
+__global__ void __launch_bounds__(mb_shape<NWG, N, WAVES, OWNB>::kThreads, 1)
     mb_kernel(int kblocks, const uint8_t* feed_src, float* sink, long long* cycles, int* failed) {
-  using S = mb_shape<NWG, N, WAVES>;
+  using S = mb_shape<NWG, N, WAVES, OWNB>;
   constexpr int R = S::kR;
   extern __shared__ uint8_t mb_smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mb_smem_raw) + 1023) & ~uintptr_t(1023));
@@ -228,7 +233,7 @@ __global__ void __launch_bounds__(mb_shape<NWG, N, WAVES>::kThreads, 1)
     const uint32_t s = kFeed ? pipe.stage : 0u;
     if (kFeed) mb_wait(bars + 8 * s, pipe.phase, failed);
     a = base + s * S::kStageBytes + wg * WAVES * 64 * 128;
-    b = base + s * S::kStageBytes + S::kABytes;
+    b = base + s * S::kStageBytes + S::kABytes + (OWNB ? wg * S::kBBlockBytes : 0);
     return s;
   };
   auto release = [&](uint32_t s) {
@@ -360,10 +365,10 @@ struct mb_ctx {
 
 const char* const kModeName[] = {"noscale", "1p", "2p", "rescale"};
 
-template <int NWG, int N, int MODE, int WAVES, bool kFeed>
+template <int NWG, int N, int MODE, int WAVES, bool kFeed, bool OWNB>
 int mb_run_one(mb_ctx& c) {
-  using S = mb_shape<NWG, N, WAVES>;
-  auto k = mb_kernel<NWG, N, MODE, WAVES, kFeed>;
+  using S = mb_shape<NWG, N, WAVES, OWNB>;
+  auto k = mb_kernel<NWG, N, MODE, WAVES, kFeed, OWNB>;
   MB_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
   k<<<c.sms, S::kThreads, S::kSmem>>>(64, c.feed_src, c.sink, c.cycles, c.failed); /* warm-up */
   MB_CUDA(cudaGetLastError());
@@ -392,17 +397,18 @@ int mb_run_one(mb_ctx& c) {
   const double per_kb = mean / c.kblocks;
   const double bound = flop_per_kb / 8192.0;
   char what[64];
-  snprintf(what, sizeof what, "%d WG x %d wave%s m64n%d, %s", NWG, WAVES, WAVES > 1 ? "s" : " ", N, kModeName[MODE]);
-  printf("%-34s %4s %3d %9.1f %10.1f %9.1f %6.1f %%\n", what, kFeed ? "on" : "off", kFeed ? S::kStages : 0,
+  snprintf(what, sizeof what, "%d WG x %d wave%s m64n%d, %s%s", NWG, WAVES, WAVES > 1 ? "s" : " ", N, kModeName[MODE],
+           OWNB ? ", own B" : "");
+  printf("%-40s %4s %3d %9.1f %10.1f %9.1f %6.1f %%\n", what, kFeed ? "on" : "off", kFeed ? S::kStages : 0,
          (double)c.sms * flop_per_kb * c.kblocks / (best * 1e-3) * 1e-12, per_kb, bound, 100.0 * bound / per_kb);
   fflush(stdout);
   return 0;
 }
 
-template <int NWG, int N, int MODE, int WAVES>
+template <int NWG, int N, int MODE, int WAVES, bool OWNB = false>
 int mb_run(mb_ctx& c) {
-  if (mb_run_one<NWG, N, MODE, WAVES, false>(c)) return 1;
-  return mb_run_one<NWG, N, MODE, WAVES, true>(c);
+  if (mb_run_one<NWG, N, MODE, WAVES, false, OWNB>(c)) return 1;
+  return mb_run_one<NWG, N, MODE, WAVES, true, OWNB>(c);
 }
 
 }  // namespace
@@ -432,7 +438,7 @@ extern "C" int mm_bench_mainloop_run(int kblocks) {
   printf("bench-gemm --mainloop on %s (%d SMs): the math warpgroups' K loop alone, %d K blocks of 128 per CTA, "
          "one CTA per SM; best of 5 launches\n",
          prop.name, c.sms, kblocks);
-  printf("%-34s %4s %3s %9s %10s %9s %8s\n", "structure", "feed", "stg", "TFLOP/s", "clk/K blk", "bound", "of bound");
+  printf("%-40s %4s %3s %9s %10s %9s %8s\n", "structure", "feed", "stg", "TFLOP/s", "clk/K blk", "bound", "of bound");
   int rc = 0;
   rc = rc || mb_run<1, 128, MB_1P, 1>(c);
   rc = rc || mb_run<1, 128, MB_2P, 1>(c);
@@ -442,6 +448,9 @@ extern "C" int mm_bench_mainloop_run(int kblocks) {
   rc = rc || mb_run<2, 128, MB_NOSCALE, 2>(c);
   rc = rc || mb_run<2, 128, MB_1P, 2>(c);
   rc = rc || mb_run<2, 128, MB_RESCALE, 2>(c);
+  rc = rc || mb_run<1, 128, MB_1P, 2>(c);         /* one warpgroup of a staggered pair alone */
+  rc = rc || mb_run<2, 128, MB_1P, 2, true>(c);   /* the staggered pair: each its own tile's B */
+  rc = rc || mb_run<2, 128, MB_NOSCALE, 2, true>(c);
   rc = rc || mb_run<2, 192, MB_NOSCALE, 1>(c);
   rc = rc || mb_run<2, 192, MB_1P, 1>(c);
   rc = rc || mb_run<2, 256, MB_NOSCALE, 1>(c);
