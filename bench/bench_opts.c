@@ -70,15 +70,9 @@ int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o) {
       o->given |= MM_BENCH_OPT_BACK_TO_BACK;
       bad = 0;
     } else if (!strcmp(a, "--pdl")) {
-      const char* v = mm_cli_value("bench", argc, argv, &i);
-      bad = 0;
-      if (v && !strcmp(v, "off")) o->pdl = MM_BENCH_PDL_OFF;
-      else if (v && !strcmp(v, "on")) o->pdl = MM_BENCH_PDL_ON;
-      else if (v && !strcmp(v, "both")) o->pdl = MM_BENCH_PDL_BOTH;
-      else {
-        if (v) fprintf(stderr, "bench: --pdl %s: want off, on or both\n", v);
-        bad = 1;
-      }
+      static const char* const names[] = {"off", "on", "both"};
+      static const int values[] = {MM_BENCH_PDL_OFF, MM_BENCH_PDL_ON, MM_BENCH_PDL_BOTH};
+      bad = mm_cli_choice("bench", a, mm_cli_value("bench", argc, argv, &i), names, values, 3, &o->pdl) != 0;
       o->given |= MM_BENCH_OPT_PDL;
     } else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) {
       const char* v = mm_cli_value("bench", argc, argv, &i);
@@ -121,15 +115,9 @@ int mm_bench_gemm_parse(int argc, char** argv, mm_bench_gemm_opts* o) {
     else if (!strcmp(a, "--stream")) o->stream = 1;
     else if (!strcmp(a, "--mainloop")) o->mainloop = 1;
     else if (!strcmp(a, "--out")) {
-      const char* v = mm_cli_value("bench-gemm", argc, argv, &i);
-      bad = 0;
-      if (v && !strcmp(v, "bf16")) o->out = MM_GEMM_OUT_BF16;
-      else if (v && !strcmp(v, "f32")) o->out = MM_GEMM_OUT_F32;
-      else if (v && !strcmp(v, "swiglu")) o->out = MM_GEMM_OUT_SWIGLU_FP8;
-      else {
-        if (v) fprintf(stderr, "bench-gemm: --out %s: want bf16, f32 or swiglu\n", v);
-        bad = 1;
-      }
+      static const char* const names[] = {"bf16", "f32", "swiglu"};
+      static const int values[] = {MM_GEMM_OUT_BF16, MM_GEMM_OUT_F32, MM_GEMM_OUT_SWIGLU_FP8};
+      bad = mm_cli_choice("bench-gemm", a, mm_cli_value("bench-gemm", argc, argv, &i), names, values, 3, &o->out) != 0;
     } else if (!strcmp(a, "--tile")) {
       const char* v = mm_cli_value("bench-gemm", argc, argv, &i);
       bad = 1;

@@ -63,6 +63,20 @@ int mm_cli_int(const char* cmd, const char* opt, const char* text, int lo, int h
   return 0;
 }
 
+int mm_cli_choice(const char* cmd, const char* opt, const char* text, const char* const* names, const int* values,
+                  int n, int* out) {
+  if (!text) return -1;
+  for (int k = 0; k < n; ++k)
+    if (!strcmp(text, names[k])) {
+      *out = values[k];
+      return 0;
+    }
+  fprintf(stderr, "%s: %s %s: want ", cmd, opt, text);
+  for (int k = 0; k < n; ++k) fprintf(stderr, "%s%s", k == 0 ? "" : k == n - 1 ? " or " : ", ", names[k]);
+  fprintf(stderr, "\n");
+  return -1;
+}
+
 /* The item of a comma-separated list that starts at p: its length in *len;
  * returns where the next item starts, or NULL after the last. */
 static const char* list_item(const char* p, size_t* len) {

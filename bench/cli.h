@@ -39,6 +39,12 @@ const char* mm_cli_value(const char* cmd, int argc, char** argv, int* i);
 int mm_cli_int64(const char* cmd, const char* opt, const char* text, int64_t lo, int64_t hi, int64_t* out);
 int mm_cli_int(const char* cmd, const char* opt, const char* text, int lo, int hi, int* out);
 
+/* One of n named values: *out = values[k] where text is names[k]. -1 for a
+ * NULL text (mm_cli_value has said why) or, after "<cmd>: <opt> <text>: want
+ * a, b or c", an unknown name. */
+int mm_cli_choice(const char* cmd, const char* opt, const char* text, const char* const* names, const int* values,
+                  int n, int* out);
+
 /* A comma-separated list of 1..max integers, each in [lo, hi]; no empty items. */
 int mm_cli_int64_list(const char* cmd, const char* opt, const char* text, int64_t lo, int64_t hi, int64_t* out,
                       int max, int* count);
