@@ -85,6 +85,12 @@ int64_t lc_count_differences(const uint16_t* want, const uint16_t* got, int64_t 
 
 /* Fills n bf16 of y (plus the 16 spare bytes) with 0xFFFF (a NaN). */
 int lc_poison(void* y, int64_t n);
+
+/* Enqueues a one-CTA kernel that lets its dependents launch at once, spins
+ * delay_us, then copies bytes from src to dst (tests/gpu/late_copy.cu): a
+ * caller's kernel writing a layer input while a programmatically launched
+ * forward may already be scheduled. 0 when enqueued. */
+int lc_late_copy(void* dst, const void* src, size_t bytes, unsigned delay_us, cudaStream_t stream);
 /* 1 when the n bf16 at y (plus the 16 spare bytes) are all still 0xFFFF. */
 int lc_still_poisoned(const void* y, int64_t n);
 

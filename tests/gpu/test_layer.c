@@ -616,14 +616,54 @@ static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
+/* Edges of a captured graph whose type is programmatic (the kernels of a
+ * forward launched with programmatic stream serialization keep that
+ * dependency in the graph); -1 when the runtime cannot say. */
+static int64_t lt_programmatic_edges(cudaGraph_t graph) {
+#if CUDART_VERSION >= 12030
+  size_t n = 0;
+#if CUDART_VERSION >= 13000
+  if (cudaGraphGetEdges(graph, NULL, NULL, NULL, &n) != cudaSuccess) return -1;
+#else
+  if (cudaGraphGetEdges_v2(graph, NULL, NULL, NULL, &n) != cudaSuccess) return -1;
+#endif
+  cudaGraphNode_t* from = calloc(n + 1, sizeof *from);
+  cudaGraphNode_t* to = calloc(n + 1, sizeof *to);
+  cudaGraphEdgeData* data = calloc(n + 1, sizeof *data);
+  int64_t programmatic = -1;
+  if (from && to && data) {
+#if CUDART_VERSION >= 13000
+    const cudaError_t e = cudaGraphGetEdges(graph, from, to, data, &n);
+#else
+    const cudaError_t e = cudaGraphGetEdges_v2(graph, from, to, data, &n);
+#endif
+    if (e == cudaSuccess) {
+      programmatic = 0;
+      for (size_t i = 0; i < n; ++i) programmatic += data[i].type == cudaGraphDependencyTypeProgrammatic;
+    }
+  }
+  free(from);
+  free(to);
+  free(data);
+  return programmatic;
+#else
+  (void)graph;
+  return -1;
+#endif
+}
+
 /* Programmatic dependent launch (megamoe_set_programmatic_launch), on three
  * inputs with their own buffers (one config and weights): with it off, each
  * forward synced and judged against the reference; then with it on, the three
  * enqueued back to back with one sync at the end, so each forward's kernels
  * may be scheduled while the previous forward's still run (its first reads
  * must wait for them: griddepcontrol.wait), and each y must be bitwise its
- * off result; then the three captured in one graph with it on (the graph
- * keeps the programmatic edges) and replayed twice, bitwise again. enable 2
+ * off result; inputs 0 and 2 are written into x by a caller's kernel that
+ * lets the forward launch while it spins (lc_late_copy), so a forward that
+ * read before its wait would see zeroed x (planted: without the wait this
+ * test failed, docs/PERF.md); then the three captured in one graph with it on (the graph
+ * keeps the programmatic edges: at least one must be there on the split and
+ * fused arms) and replayed twice, bitwise again. enable 2
  * is rejected naming it. The staged arm ignores the setting: the same
  * checks hold there. */
 static mm_test_result t_programmatic_launch(const mm_rank_ctx* ctx) {
@@ -650,6 +690,15 @@ static mm_test_result t_programmatic_launch(const mm_rank_ctx* ctx) {
   }
   uint16_t* y = malloc(sizeof(uint16_t) * y_elems + 1);
   bad |= y == NULL;
+  /* Inputs 0 and 2 reach x late, from a caller's kernel (lc_late_copy) that
+   * lets the forward launch while it spins: x_real holds their codes, x is
+   * zeroed before each pass. Forward 1 follows forward 0 directly. */
+  const size_t x_bytes = (size_t)(T * H);
+  void* x_real[N] = {NULL, NULL, NULL};
+  for (int i = 0; i < N && x_bytes; i += 2) {
+    bad |= cudaMalloc(&x_real[i], x_bytes) != cudaSuccess;
+    if (!bad) bad |= cudaMemcpy(x_real[i], dev[i].x, x_bytes, cudaMemcpyDeviceToDevice) != cudaSuccess;
+  }
   megamoe_layer* layer = NULL;
   if (megamoe_create(&base.cfg, ctx->comm, &layer) != MEGAMOE_OK) { /* collective: agrees on failure */
     fprintf(stderr, "    rank %d: create: %s\n", ctx->rank, megamoe_last_error());
@@ -682,10 +731,13 @@ static mm_test_result t_programmatic_launch(const mm_rank_ctx* ctx) {
     cudaGraphExec_t exec = NULL;
     for (int pass = 0; pass < 3; ++pass) {
       for (int i = 0; i < N; ++i) bad |= lc_poison(dev[i].y, T * H) != 0;
+      for (int i = 0; i < N; ++i)
+        if (x_real[i]) bad |= cudaMemset(dev[i].x, 0, x_bytes) != cudaSuccess;
       if (pass == 0) {
         for (int i = 0; i < N; ++i) {
           megamoe_forward_args a = lc_args(&cases[i], &dev[i], ctx->rank);
           if (bad) a.num_tokens = 0;
+          if (x_real[i]) bad |= lc_late_copy(dev[i].x, x_real[i], x_bytes, 200, ctx->stream) != 0;
           bad |= megamoe_forward(layer, &a, ctx->stream) != MEGAMOE_OK;
         }
       } else {
@@ -697,11 +749,22 @@ static mm_test_result t_programmatic_launch(const mm_rank_ctx* ctx) {
           for (int i = 0; i < N; ++i) {
             megamoe_forward_args a = lc_args(&cases[i], &dev[i], ctx->rank);
             if (bad) a.num_tokens = 0;
+            if (x_real[i] && lc_late_copy(dev[i].x, x_real[i], x_bytes, 200, ctx->stream) != 0) bad = 1;
             const megamoe_status sti = megamoe_forward(layer, &a, ctx->stream);
             if (st == MEGAMOE_OK) st = sti;
           }
           if (st != MEGAMOE_OK) fprintf(stderr, "    rank %d: forward under capture: %s\n", ctx->rank, megamoe_last_error());
           bad |= cudaStreamEndCapture(ctx->stream, &graph) != cudaSuccess || st != MEGAMOE_OK;
+          /* The persistent arms' kernels must reach the graph as programmatic
+           * dependencies (else the replay would test plain serialization). */
+          if (graph && base.cfg.arm != MEGAMOE_ARM_STAGED) {
+            const int64_t edges = lt_programmatic_edges(graph);
+            if (ctx->rank == 0) printf("    graph: %lld programmatic edges\n", (long long)edges);
+            if (edges == 0) {
+              fprintf(stderr, "    rank %d: the captured graph has no programmatic edge\n", ctx->rank);
+              bad = 1;
+            }
+          }
           bad |= cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess;
         }
         /* Every rank launches (peers wait in the graph's barriers otherwise). */
@@ -733,6 +796,7 @@ static mm_test_result t_programmatic_launch(const mm_rank_ctx* ctx) {
   free(y);
   for (int i = 0; i < N; ++i) {
     free(off[i]);
+    if (x_real[i]) cudaFree(x_real[i]);
     lc_device_free(&dev[i]);
     lc_free(&data[i]);
   }

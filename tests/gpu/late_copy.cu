@@ -1,0 +1,32 @@
+/* A caller's kernel that writes a layer input late (test_layer.c's
+ * programmatic-launch test): it lets its dependents launch at once
+ * (griddepcontrol.launch_dependents), spins for a delay, then copies. A
+ * forward launched programmatically after it may be scheduled while it
+ * spins; unless the forward's kernels wait for it (griddepcontrol.wait)
+ * before their first read, they read the input as it was before the copy.
+ * One warp, few registers and no shared memory: the smallest CTA, the one
+ * most likely to fit beside a persistent CTA of the layer on its SM (a
+ * cooperative grid starts only when all its CTAs fit). */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace {
+
+__global__ void __launch_bounds__(32, 1) lc_late_copy_kernel(uint8_t* dst, const uint8_t* src, size_t bytes, unsigned long long delay_ns) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  unsigned long long t0, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - t0 < delay_ns);
+  for (size_t i = threadIdx.x; i < bytes; i += blockDim.x) dst[i] = src[i];
+}
+
+}  // namespace
+
+/* Declared in layer_case.h (C linkage). */
+extern "C" int lc_late_copy(void* dst, const void* src, size_t bytes, unsigned delay_us, cudaStream_t stream) {
+  lc_late_copy_kernel<<<1, 32, 0, stream>>>((uint8_t*)dst, (const uint8_t*)src, bytes,
+                                              (unsigned long long)delay_us * 1000ull);
+  return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
