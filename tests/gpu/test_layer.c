@@ -660,8 +660,10 @@ static int64_t lt_programmatic_edges(cudaGraph_t graph) {
  * must wait for them: griddepcontrol.wait), and each y must be bitwise its
  * off result; inputs 0 and 2 are written into x by a caller's kernel that
  * lets the forward launch while it spins (lc_late_copy), so a forward that
- * read before its wait would see zeroed x (planted: without the wait this
- * test failed, docs/PERF.md); then the three captured in one graph with it on (the graph
+ * read before its wait would see zeroed x. (Planted on one H200: a build
+ * without griddepcontrol.wait still passed, the layer's CTAs never started
+ * beside the spinning one; the wait is kept for kernels and GPUs where they
+ * would. docs/PERF.md, ninth session); then the three captured in one graph with it on (the graph
  * keeps the programmatic edges: at least one must be there on the split and
  * fused arms) and replayed twice, bitwise again. enable 2
  * is rejected naming it. The staged arm ignores the setting: the same
