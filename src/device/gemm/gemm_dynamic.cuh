@@ -89,7 +89,9 @@ MM_DEVICE void mm_gemm_producer_loop_dynamic(const mm_gemm_smem& sm, const Sched
 }
 
 /* The math warpgroups' loop over the claimed tiles (as mm_gemm_math_loop:
- * store(ti, acc, last) with last = false, abandon() when a vote fails). */
+ * store(ti, acc, last) with last = false, abandon() when a vote fails). Its
+ * one-partial tiles probe the next stage early (mm_gemm_consume_tile_1p's
+ * kEarlyProbe: measured faster in the split arm's kernels, its only users). */
 template <class Cfg, class Sched, class Store, class Abandon>
 MM_DEVICE void mm_gemm_math_loop_dynamic(const mm_gemm_smem& sm, const Sched& sched, const mm_gemm_problem& p,
                                          int wg, Store&& store, Abandon&& abandon) {
@@ -107,7 +109,7 @@ MM_DEVICE void mm_gemm_math_loop_dynamic(const mm_gemm_smem& sm, const Sched& sc
     mm_gemm_tile_info ti;
     sched.template seek<Cfg>(it, t, ti);
     float acc[Cfg::kWaves][64];
-    const bool mine = mm_gemm_consume_tile<Cfg>(sm, pipe, p, ti, wg, acc);
+    const bool mine = mm_gemm_consume_tile<Cfg, true>(sm, pipe, p, ti, wg, acc);
     if (!mm_gemm_math_vote_ok(sm, mine)) {
       abandon();
       return;

@@ -56,6 +56,12 @@
 
 #define MM_GEMM_BAR_VOTE 2 /* named barrier of the math threads' per-tile vote */
 
+/* A compile-time bool passed to a generic lambda (its decltype's value). */
+template <bool V>
+struct mm_bool_tag {
+  static constexpr bool value = V;
+};
+
 /* Pipeline position, identical in producer and consumers. */
 struct mm_gemm_pipe {
   uint32_t stage;
@@ -378,8 +384,23 @@ MM_DEVICE void mm_gemm_sfb_rows(const mm_gemm_problem& p, const mm_gemm_tile_inf
 /* Math warpgroup, one partial accumulator: per K block and wave, issue the
  * chain, wait for it, promote. acc[w] (w = wm * kWN + wn) is the promoted
  * fp32 result of wave (wm, wn) in the m64n128 fragment layout. Every thread
- * of the warpgroup calls it. False when the pipeline was abandoned. */
-template <class Cfg>
+ * of the warpgroup calls it. False when the pipeline was abandoned.
+ *
+ * kEarlyProbe: the next K block's stage is probed while the block's last
+ * chain is on the tensor cores (a non-suspending test_wait before that
+ * chain's wait_group 0); only when it answered "not yet" does the next block
+ * start with the full wait. So in the common case no barrier wait sits
+ * between the last promotion and the next block's first issue, the
+ * warpgroup's critical path while the other warpgroup's chain keeps the
+ * tensor cores busy (`bench-gemm --mainloop`, "1p early": 82.2 -> 84.0 % of
+ * the tensor bound). Measured per kernel (docs/PERF.md, ninth session): the
+ * split arm's kernels gain (2 %), the engine's own kernel loses (128x256
+ * SwiGLU 5 % slower: the try_wait it skips also hands the scheduler to the
+ * other warpgroup, a nanosleep there won back 2 of the 5 %), so only the
+ * dynamically scheduled loop (the split arm) asks for it. Without it the
+ * order is the engine's original one. The promotions are the same FMAs in
+ * the same order either way. */
+template <class Cfg, bool kEarlyProbe = false>
 MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pipe, const mm_gemm_problem& p,
                                        const mm_gemm_tile_info& ti, int wg, float (&acc)[Cfg::kWaves][64]) {
   const int lane = threadIdx.x & 31;
@@ -406,7 +427,12 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
 #pragma unroll
     for (int h = 0; h < 2; ++h) sb_next[wn][h] = __ldg(sfb[wn][h]);
 
-  for (int kb = 0; kb < kblocks; ++kb) {
+  bool stage_ready = false; /* kEarlyProbe: the probe found the pipe's current stage full */
+  /* K block kb, in the pipe's current stage; with kProbe (kEarlyProbe, not
+   * the tile's last block), the pipe advances and block kb + 1's stage is
+   * probed while kb's last chain runs. */
+  auto block = [&](int kb, auto probe_tag) {
+    constexpr bool kProbe = decltype(probe_tag)::value;
     const uint32_t s = pipe.stage;
     /* B scales: this block's, and the next block's load in flight. */
     float sb[Cfg::kWN][2];
@@ -418,7 +444,8 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
         sb[wn][h] = sb_next[wn][h];
         sb_next[wn][h] = __ldg(sfb[wn][h] + kn);
       }
-    if (!mm_gemm_wait(sm, sm.full + 8 * s, pipe.phase, p)) ok = false;
+    if (!stage_ready && !mm_gemm_wait(sm, sm.full + 8 * s, pipe.phase, p)) ok = false;
+    stage_ready = false;
 
     /* A scales of this warp's rows, read before the stage is released. */
     float sa[Cfg::kPromo][Cfg::kWM][2];
@@ -432,6 +459,10 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
         sa[h][wm][1] = wave_ok[wm] ? sf_stage[h * Cfg::BM + r + 8] : 0.f;
       }
 
+    auto advance = [&]() {
+      mm_gemm_pipe_advance(pipe, sm.stages);
+      if (kProbe) stage_ready = mm_mbar_test_wait(sm.full + 8 * pipe.stage, pipe.phase) != 0;
+    };
 #pragma unroll
     for (int h = 0; h < Cfg::kPromo; ++h)
 #pragma unroll
@@ -442,17 +473,26 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
           if (wave_ok[wm]) {
             float part[64];
             mm_gemm_issue_chain<Cfg>(sm, s, h, row_w, col_w, wm, wn, part);
+            if (kProbe && last) advance();
             mm_wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
             /* The stage's last chain of this warp has completed. */
             if (last && lane == 0) mm_mbar_arrive(sm.empty + 8 * s);
             mm_gemm_promote(acc[wm * Cfg::kWN + wn], part, sa[h][wm][0], sa[h][wm][1], sb[wn][0], sb[wn][1]);
-          } else if (last && lane == 0) {
-            mm_mbar_arrive(sm.empty + 8 * s); /* a wave past the expert's rows: nothing to read */
+          } else if (last) {
+            if (kProbe) advance();
+            if (lane == 0) mm_mbar_arrive(sm.empty + 8 * s); /* a wave past the expert's rows: nothing to read */
           }
         }
-    mm_gemm_pipe_advance(pipe, sm.stages);
+    if (!kProbe) mm_gemm_pipe_advance(pipe, sm.stages);
+  };
+
+  if constexpr (kEarlyProbe) {
+    for (int kb = 0; kb + 1 < kblocks; ++kb) block(kb, mm_bool_tag<true>());
+    block(kblocks - 1, mm_bool_tag<false>());
+  } else {
+    for (int kb = 0; kb < kblocks; ++kb) block(kb, mm_bool_tag<false>());
   }
   return ok;
 }
@@ -615,12 +655,12 @@ MM_DEVICE bool mm_gemm_consume_tile_noscale(const mm_gemm_smem& sm, mm_gemm_pipe
 /* The mainloop of a tile for either accumulator scheme. Returns this
  * thread's view of whether every stage arrived; the kernel combines the
  * views with mm_gemm_math_vote_ok. */
-template <class Cfg>
+template <class Cfg, bool kEarlyProbe = false>
 MM_DEVICE bool mm_gemm_consume_tile(const mm_gemm_smem& sm, mm_gemm_pipe& pipe, const mm_gemm_problem& p,
                                     const mm_gemm_tile_info& ti, int wg, float (&acc)[Cfg::kWaves][64]) {
   if constexpr (Cfg::kNoScale) return mm_gemm_consume_tile_noscale<Cfg>(sm, pipe, p, ti, wg, acc);
   else if constexpr (Cfg::kTwoParts) return mm_gemm_consume_tile_2p<Cfg>(sm, pipe, p, ti, wg, acc);
-  else return mm_gemm_consume_tile_1p<Cfg>(sm, pipe, p, ti, wg, acc);
+  else return mm_gemm_consume_tile_1p<Cfg, kEarlyProbe>(sm, pipe, p, ti, wg, acc);
 }
 
 #endif

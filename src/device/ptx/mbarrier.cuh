@@ -65,6 +65,21 @@ MM_PTX_DEVICE uint32_t mm_mbar_try_wait(uint32_t bar, uint32_t parity) {
   return done;
 }
 
+/* 1 when the phase of the given parity has completed; never suspends (a
+ * probe whose answer 0 leaves the waiting to a later try_wait). The same
+ * acquire semantics as try_wait when it answers 1. */
+MM_PTX_DEVICE uint32_t mm_mbar_test_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done;
+}
+
 /* Waits until the phase of the given parity has completed. */
 MM_PTX_DEVICE void mm_mbar_wait(uint32_t bar, uint32_t parity) {
   if (mm_mbar_try_wait(bar, parity)) return;
