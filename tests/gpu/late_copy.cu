@@ -4,9 +4,10 @@
  * forward launched programmatically after it may be scheduled while it
  * spins; unless the forward's kernels wait for it (griddepcontrol.wait)
  * before their first read, they read the input as it was before the copy.
- * One warp, few registers and no shared memory: the smallest CTA, the one
- * most likely to fit beside a persistent CTA of the layer on its SM (a
- * cooperative grid starts only when all its CTAs fit). */
+ * One warp, few registers and no shared memory. It still never fits beside
+ * a layer CTA on an SM (registers: 256 left per sub-partition, a warp takes
+ * at least 512), so the layer's cooperative grid, which starts only when all
+ * its CTAs fit, waits for it to leave (test_layer.c says what that means). */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -24,7 +25,8 @@ __global__ void __launch_bounds__(32, 1) lc_late_copy_kernel(uint8_t* dst, const
 
 }  // namespace
 
-/* Declared in layer_case.h (C linkage). */
+/* Declared in layer_case.h (C linkage; the header pulls in CUDA headers that
+ * cannot sit inside extern "C", so it is not included here). */
 extern "C" int lc_late_copy(void* dst, const void* src, size_t bytes, unsigned delay_us, cudaStream_t stream) {
   lc_late_copy_kernel<<<1, 32, 0, stream>>>((uint8_t*)dst, (const uint8_t*)src, bytes,
                                               (unsigned long long)delay_us * 1000ull);

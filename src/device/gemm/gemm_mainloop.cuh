@@ -392,8 +392,12 @@ MM_DEVICE void mm_gemm_sfb_rows(const mm_gemm_problem& p, const mm_gemm_tile_inf
  * start with the full wait. So in the common case no barrier wait sits
  * between the last promotion and the next block's first issue, the
  * warpgroup's critical path while the other warpgroup's chain keeps the
- * tensor cores busy (`bench-gemm --mainloop`, "1p early": 82.2 -> 84.0 % of
- * the tensor bound). Measured per kernel (docs/PERF.md, ninth session): the
+ * tensor cores busy (`bench-gemm --mainloop`, "1p early", which waits there
+ * in full instead of probing: 82.2 -> 84.0 % of the tensor bound). A
+ * warpgroup whose last wave is past the expert's rows probes after its
+ * chains, with nothing to overlap: correct, only not faster on those tiles.
+ * K has at least one block (the config's hidden and intermediate are
+ * multiples of 128). Measured per kernel (docs/PERF.md, ninth session): the
  * split arm's kernels gain (2 %), the engine's own kernel loses (128x256
  * SwiGLU 5 % slower: the try_wait it skips also hands the scheduler to the
  * other warpgroup, a nanosleep there won back 2 of the 5 %), so only the
