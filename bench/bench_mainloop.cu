@@ -35,6 +35,7 @@
 #include <stdio.h>
 
 #include "bench.h"
+#include "common.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/sync.cuh"
 #include "ptx/wgmma.cuh"
@@ -170,11 +171,6 @@ struct mb_shape {
   static_assert(NWG == 1 || NWG * 128 * kMathRegs + 128 * kFeedRegs <= 65536, "setmaxnreg budget");
   static_assert(kStages >= 2, "two stages fit");
   static_assert(NWG <= kMaxWarpgroups && kThreads <= kMaxThreads, "the sink and cycle buffers' sizes");
-};
-
-template <bool V>
-struct mb_bool {
-  static constexpr bool value = V;
 };
 
 /* The ring position, identical in the feed thread and the math threads. */
@@ -326,8 +322,8 @@ __global__ void __launch_bounds__(mb_shape<NWG, N, WAVES, OWNB>::kThreads, 1)
         }
       }
     };
-    for (int kb = 0; kb + 1 < kblocks; ++kb) block(kb, mb_bool<true>());
-    block(kblocks - 1, mb_bool<false>());
+    for (int kb = 0; kb + 1 < kblocks; ++kb) block(kb, mm_bool_tag<true>());
+    block(kblocks - 1, mm_bool_tag<false>());
     mb_advance(pipe, S::kStages);
   } else if constexpr (MODE == MB_1P || MODE == MB_RESCALE) {
     for (int kb = 0; kb < kblocks; ++kb) {

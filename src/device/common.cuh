@@ -12,6 +12,13 @@
 
 #define MM_DEVICE __device__ __forceinline__
 
+/* A compile-time bool passed to a generic lambda (its decltype's value):
+ * one lambda body, two instantiations (the mainloop's last K block). */
+template <bool V>
+struct mm_bool_tag {
+  static constexpr bool value = V;
+};
+
 MM_DEVICE float mm_e4m3_to_float(uint8_t v) {
   __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, __NV_E4M3);
   return __half2float(__half(h));

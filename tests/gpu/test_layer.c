@@ -621,22 +621,19 @@ static mm_test_result t_graph_replay(const mm_rank_ctx* ctx) {
  * dependency in the graph); -1 when the runtime cannot say. */
 static int64_t lt_programmatic_edges(cudaGraph_t graph) {
 #if CUDART_VERSION >= 12030
-  size_t n = 0;
 #if CUDART_VERSION >= 13000
-  if (cudaGraphGetEdges(graph, NULL, NULL, NULL, &n) != cudaSuccess) return -1;
+#define LT_GRAPH_GET_EDGES cudaGraphGetEdges /* CUDA 13: the edge data is part of the call */
 #else
-  if (cudaGraphGetEdges_v2(graph, NULL, NULL, NULL, &n) != cudaSuccess) return -1;
+#define LT_GRAPH_GET_EDGES cudaGraphGetEdges_v2
 #endif
+  size_t n = 0;
+  if (LT_GRAPH_GET_EDGES(graph, NULL, NULL, NULL, &n) != cudaSuccess) return -1;
   cudaGraphNode_t* from = calloc(n + 1, sizeof *from);
   cudaGraphNode_t* to = calloc(n + 1, sizeof *to);
   cudaGraphEdgeData* data = calloc(n + 1, sizeof *data);
   int64_t programmatic = -1;
   if (from && to && data) {
-#if CUDART_VERSION >= 13000
-    const cudaError_t e = cudaGraphGetEdges(graph, from, to, data, &n);
-#else
-    const cudaError_t e = cudaGraphGetEdges_v2(graph, from, to, data, &n);
-#endif
+    const cudaError_t e = LT_GRAPH_GET_EDGES(graph, from, to, data, &n);
     if (e == cudaSuccess) {
       programmatic = 0;
       for (size_t i = 0; i < n; ++i) programmatic += data[i].type == cudaGraphDependencyTypeProgrammatic;
@@ -646,6 +643,7 @@ static int64_t lt_programmatic_edges(cudaGraph_t graph) {
   free(to);
   free(data);
   return programmatic;
+#undef LT_GRAPH_GET_EDGES
 #else
   (void)graph;
   return -1;

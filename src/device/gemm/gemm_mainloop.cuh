@@ -56,12 +56,6 @@
 
 #define MM_GEMM_BAR_VOTE 2 /* named barrier of the math threads' per-tile vote */
 
-/* A compile-time bool passed to a generic lambda (its decltype's value). */
-template <bool V>
-struct mm_bool_tag {
-  static constexpr bool value = V;
-};
-
 /* Pipeline position, identical in producer and consumers. */
 struct mm_gemm_pipe {
   uint32_t stage;
