@@ -88,10 +88,12 @@ extern "C" megamoe_status mm_fused_launch(const mm_layer_view* L, const mm_forwa
   mm_forward_view fwd = *F;
   mm_fused_order ord = *order;
   int64_t b = bound;
-  void* args[13] = {(void*)l1->maps[0], (void*)l1->maps[1], (void*)l1->maps[2], (void*)l2->maps[0],
-                    (void*)l2->maps[1], (void*)l2->maps[2], (void*)&p1,         (void*)&p2,
-                    (void*)&layout,     (void*)&view,       (void*)&fwd,        (void*)&ord,
-                    (void*)&b};
+  /* maps[3] of the L1 plan: its codes' map where the plan made one
+   * (p1.swiglu.tma_out), else unused by the kernel. */
+  void* args[14] = {(void*)l1->maps[0], (void*)l1->maps[1], (void*)l1->maps[2], (void*)l2->maps[0],
+                    (void*)l2->maps[1], (void*)l2->maps[2], (void*)l1->maps[3], (void*)&p1,
+                    (void*)&p2,         (void*)&layout,     (void*)&view,       (void*)&fwd,
+                    (void*)&ord,        (void*)&b};
   const cudaError_t err = mm_launch_cooperative(k.fn, args, L->num_sms, layout.bytes, stream, L->programmatic_launch);
   if (err != cudaSuccess)
     return mm_fail(MEGAMOE_ERR_CUDA, "fused arm: launch (tiles %s + %s, %d CTAs, %u B smem): %s",

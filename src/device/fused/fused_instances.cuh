@@ -21,10 +21,12 @@ struct mm_fused_kernel_ref {
   uint32_t cache_entries;   /* mm_fused_task_cache_entries */
 };
 
-/* The engine's configs of the split arm's kernels (split_l1.cu, split_l2.cu). */
-using mm_fused_l1_64x256 = mm_gemm_cfg<64, 256, true, true, 1, false>;
+/* The engine's configs of the split arm's kernels (split_l1.cu, split_l2.cu):
+ * the 256-wide L1 tiles with the SwiGLU staging (their codes through the L2
+ * tile's staging area and a TMA store; fused_kernel.cuh, mm_fused_math). */
+using mm_fused_l1_64x256 = mm_gemm_cfg<64, 256, true, true, 1, false, false, true>;
 using mm_fused_l1_128x128 = mm_gemm_cfg<128, 128, false, true, 1, false>;
-using mm_fused_l1_128x256 = mm_gemm_cfg<128, 256, false, false, 1, false>;
+using mm_fused_l1_128x256 = mm_gemm_cfg<128, 256, false, false, 1, false, false, true>;
 template <int kPromo>
 using mm_fused_l2_256x128 = mm_gemm_cfg<256, 128, false, false, kPromo, true>;
 template <int kPromo>

@@ -129,7 +129,11 @@ struct mm_fused_tiles {
   static constexpr uint32_t kBM = C1::BM > C2::BM ? C1::BM : C2::BM;
   using T1 = mm_fused_tile<C1, kStage, kStageSF>;
   using T2 = mm_fused_tile<C2, kStage, kStageSF>;
-  static_assert(!C1::kStaging && C2::kStaging, "L1 stores directly, L2 stages for the copy warps");
+  static_assert(!C1::kStaging && C2::kStaging, "L1 stores its fp8 codes, L2 stages bf16 for the copy warps");
+  /* An L1 tile with the SwiGLU staging (kSwStage) puts its codes (BM rows
+   * of 128 bytes) into the L2 tile's staging area, between two L2 tiles'
+   * uses of it (mm_fused_math). */
+  static_assert(!C1::kSwStage || C1::BM * 128u <= C2::kStagingBytes, "the L1 codes fit the L2 staging area");
   static_assert(C1::BM <= MM_FUSED_BLOCK_ROWS, "an L1 tile sits inside one ring block");
   static_assert(C2::BM <= 2 * MM_FUSED_BLOCK_ROWS, "an L2 tile covers at most two ring blocks");
 };
@@ -332,10 +336,14 @@ struct mm_fused_l1_pending {
 };
 
 /* Every math thread: L1_DONE for the pending tile, if any. Its fp8 codes and
- * scales, then the async-proxy fence (an L2 producer's TMA reads them next),
+ * scales (a TMA store's completion first), then the async-proxy fence (an L2 producer's TMA reads them next),
  * the math threads' barrier, one release that is cumulative over them. */
 MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, int32_t* l1_done, mm_fused_l1_pending& pend) {
   if (pend.block0 < 0) return;
+  /* A TMA-stored tile's codes written (thread 0 issued its store; the only
+   * bulk group it can still have: the next L1 tile's epilogue comes after
+   * this publication). */
+  if (threadIdx.x == 0) mm_bulk_wait_group<0>();
   mm_fence_proxy_async_global();
   mm_gemm_math_barrier();
   if (threadIdx.x == 0) {
@@ -348,10 +356,20 @@ MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, int32_t* l1_done, mm_
 template <class T1, class T2>
 MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, const mm_gemm_smem& sm,
                              const mm_fused_stream* s, int32_t* l1_done, const mm_gemm_problem& p1,
-                             const mm_gemm_problem& p2, int wg) {
+                             const mm_gemm_problem& p2, const CUtensorMap* tm_out1, int wg) {
   const mm_gemm_smem sm1 = mm_fused_view_l1<T1>(sm), sm2 = mm_fused_view_l2<T2>(sm);
   mm_gemm_pipe pipe = {0u, 0u};
   int l2_tiles = 0; /* the copy hand-off's tile index (gemm_epilogue.cuh) */
+  /* The staging area is shared by the two GEMMs' epilogues: an L1 tile's
+   * codes go through it to one TMA store (full tiles of a kSwStage L1 tile;
+   * the engine measured the store 7 % faster than direct stores on its L1
+   * GEMM, docs/PERF.md), an L2 tile's bf16 values to the copy warps. So an
+   * L1 epilogue first waits until the copy warps have read the last L2 tile
+   * out (copy_empty, thread 0, before the epilogue's opening barrier), and
+   * the L2 epilogue after it until that store has read the area
+   * (l1_store_reads). The same tasks in every math thread: the flag and the
+   * waits are uniform. */
+  bool l1_store_reads = false;
   mm_fused_l1_pending pend = {-1, 0};
   /* Timeline of the math warps' parts (thread 0 only): compiled in only with
    * -DMM_FUSED_MATH_TIMELINE=1 (it costs the kernel ~60 B more spills), e.g.
@@ -396,11 +414,17 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
         mm_fused_publish_l1(L, l1_done, pend);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
       float acc[T1::kWaves][64];
-      const bool mine = mm_gemm_consume_tile<T1>(sm1, pipe, p1, ti, wg, acc);
+      const bool mine = mm_gemm_consume_tile<T1, true>(sm1, pipe, p1, ti, wg, acc);
       if (!mm_gemm_math_vote_ok(sm1, mine)) return;
       lap(MM_TL_MATH_L1);
       mm_fused_publish_l1(L, l1_done, pend);
-      mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc); /* direct stores: its shared memory is full */
+      const bool staged = T1::kSwStage && p1.swiglu.tma_out && ti.rows == T1::BM; /* as the epilogue decides */
+      /* A give-up here leaves the area to a failed forward (the abort word
+       * is set; the next vote leaves): nothing outside it is written. */
+      if (staged && l2_tiles > 0 && threadIdx.x == 0)
+        (void)mm_gemm_wait(sm2, sm2.copy_empty, (uint32_t)(l2_tiles - 1) & 1u, p2);
+      mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_out1);
+      l1_store_reads = l1_store_reads || staged;
       pend.block0 = task.block0;
       pend.rows = task.rows;
       lap(MM_TL_MATH_L1_EPI);
@@ -408,9 +432,14 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       mm_fused_publish_l1(L, l1_done, pend);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
       float acc[T2::kWaves][64];
-      const bool mine = mm_gemm_consume_tile<T2>(sm2, pipe, p2, ti, wg, acc);
+      const bool mine = mm_gemm_consume_tile<T2, true>(sm2, pipe, p2, ti, wg, acc);
       if (!mm_gemm_math_vote_ok(sm2, mine)) return;
       lap(MM_TL_MATH_L2);
+      if (l1_store_reads) {
+        if (threadIdx.x == 0) mm_bulk_wait_group_read<0>();
+        mm_gemm_math_barrier();
+        l1_store_reads = false;
+      }
       /* False: the hand-off gave up (the abort word is set); the next
        * tile's vote leaves, the copy warps leave on the abort word. */
       (void)mm_gemm_epilogue_stage_for_copy<T2>(sm2, p2, l2_tiles++, wg, acc);
@@ -479,6 +508,46 @@ MM_DEVICE void mm_fused_copy(const mm_layer_view& L, const mm_fused_cta& c, cons
 
 /* ---- Pull warps (the producer warpgroup's last) ------------------------------------------------ */
 
+/* The first virtual rows, pulled by every warp of the grid before the roles
+ * start (mm_fused_pull_prologue): MM_FUSED_PROLOGUE_ROWS per warp, at most
+ * the ring's first pass (those slots have no predecessor to wait for), a
+ * whole number of pull chunks. One pull warp per SM took ~100 us after the
+ * layout to bring the first tiles' rows (a chunk's rows one after the
+ * other), and at decode the last row arrived at ~90 us, with most of the
+ * grid's pull warps idle (docs/PERF.md, tenth session). */
+#ifndef MM_FUSED_PROLOGUE_ROWS
+#define MM_FUSED_PROLOGUE_ROWS 2
+#endif
+MM_DEVICE int mm_fused_prologue_rows(const mm_fused_stream* s) {
+  const int rows = MM_FUSED_PROLOGUE_ROWS * (int)gridDim.x * (MM_GEMM_THREADS / 32);
+  return min(rows, s->order.ring_blocks * MM_FUSED_BLOCK_ROWS) / MM_FUSED_PULL_CHUNK * MM_FUSED_PULL_CHUNK;
+}
+
+/* Every warp of the CTA: its share of the prologue's rows, MM_FUSED_PROLOGUE_ROWS
+ * consecutive rows per warp of the grid (one block: the block size is a
+ * multiple), at their ring rows (the ring's first pass: a virtual row is its
+ * own ring row), PULLED += the rows after their stores (the async-proxy
+ * fence: the L1 producer's TMA reads them). */
+MM_DEVICE void mm_fused_pull_prologue(const mm_layer_view& L, const mm_fused_stream* s, int32_t* pulled) {
+  static_assert(MM_FUSED_PULL_CHUNK % MM_FUSED_PROLOGUE_ROWS == 0 && MM_FUSED_PROLOGUE_ROWS <= 32,
+                "a warp's prologue rows stay inside one block");
+  const int lane = threadIdx.x & 31;
+  const int rows = mm_fused_prologue_rows(s);
+  const int ring_rows = s->order.ring_blocks * MM_FUSED_BLOCK_ROWS;
+  const int nw = (int)gridDim.x * (MM_GEMM_THREADS / 32);
+  for (int r0 = (blockIdx.x * (MM_GEMM_THREADS / 32) + (threadIdx.x >> 5)) * MM_FUSED_PROLOGUE_ROWS; r0 < rows;
+       r0 += nw * MM_FUSED_PROLOGUE_ROWS) {
+    const int b = r0 / MM_FUSED_BLOCK_ROWS;
+    const int e = mm_fused_find(s->block_start, s->experts, b);
+    const int n = min(MM_FUSED_PROLOGUE_ROWS, s->block_start[e] * MM_FUSED_BLOCK_ROWS + s->rows[e] - r0);
+    if (n <= 0) continue; /* the block's padding */
+    mm_pull_rows_to(L, r0, n, e, r0, ring_rows);
+    mm_fence_proxy_async_global();
+    __syncwarp();
+    if (lane == 0) mm_red_release_gpu_add_s32(pulled + b, n);
+  }
+}
+
 /* Chunks of MM_FUSED_PULL_CHUNK virtual rows gw, gw + nw, ... (pool order
  * over every pull warp of the grid, so the first blocks complete first).
  * Before the first row of a block this warp writes, the slot guard: the
@@ -494,7 +563,8 @@ MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, int 
   const int chunks = (int)s->blocks * (MM_FUSED_BLOCK_ROWS / MM_FUSED_PULL_CHUNK);
   const int ring_rows = s->order.ring_blocks * MM_FUSED_BLOCK_ROWS;
   int guarded = -1; /* the last block whose slot this warp found free */
-  for (int k = gw; k < chunks; k += nw) {
+  /* The rows before mm_fused_prologue_rows were pulled by the whole grid. */
+  for (int k = mm_fused_prologue_rows(s) / MM_FUSED_PULL_CHUNK + gw; k < chunks; k += nw) {
     const int r0 = k * MM_FUSED_PULL_CHUNK;
     const int b = r0 / MM_FUSED_BLOCK_ROWS;
     const int e = mm_fused_find(s->block_start, s->experts, b);
@@ -530,7 +600,7 @@ MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, int 
     /* mm_fused_ring_row: a chunk never wraps the ring (ring_rows is a
      * multiple of the chunk), so its rows are consecutive there too. */
     const int dst0 = (int)((uint32_t)r0 % (uint32_t)ring_rows);
-    for (int i = 0; i < n; ++i) mm_pull_row_to(L, r0 + i, e, dst0 + i, ring_rows);
+    mm_pull_rows_to(L, r0, n, e, dst0, ring_rows);
     /* Every lane's stores of the chunk before the async proxy (TMA) reads
      * them; the warp barrier orders them before lane 0's one release for
      * the chunk's rows. */
@@ -547,7 +617,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_fused_kernel(const __grid_constant__ CUtensorMap tm_a1, const __grid_constant__ CUtensorMap tm_b1,
                     const __grid_constant__ CUtensorMap tm_sf1, const __grid_constant__ CUtensorMap tm_a2,
                     const __grid_constant__ CUtensorMap tm_b2, const __grid_constant__ CUtensorMap tm_sf2,
-                    const mm_gemm_problem p1, const mm_gemm_problem p2, const mm_gemm_layout lay,
+                    const __grid_constant__ CUtensorMap tm_out1, const mm_gemm_problem p1, const mm_gemm_problem p2, const mm_gemm_layout lay,
                     const mm_layer_view L, const mm_forward_view F, const mm_fused_order order, const int64_t bound) {
   using P = mm_fused_tiles<C1, C2>;
   using T1 = typename P::T1;
@@ -601,6 +671,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       mm_tma_prefetch_map(&tm_a2);
       mm_tma_prefetch_map(&tm_b2);
       mm_tma_prefetch_map(&tm_sf2);
+      if (p1.swiglu.tma_out) mm_tma_prefetch_map(&tm_out1);
       mm_gemm_init_barriers(sm, MM_FUSED_COPY_THREADS, MM_FUSED_TASK_READERS);
     }
     uint8_t* stream_smem = sm.sched + (uint32_t)C2::BM * 8u; /* after the copy warps' row destinations */
@@ -618,8 +689,12 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
         mm_fused_task_at(s, t, &task);
         cache[k] = mm_fused_task_pack(&task);
       }
+    int32_t* counters = mm_ws<int32_t>(L, MM_WS_BLOCK_COUNTERS);
+    /* Every warp pulls the first rows now, ahead of the roles (the math
+     * warps would only wait for them). */
+    if (!mm_failed(st))
+      mm_fused_pull_prologue(L, s, counters + mm_fused_counter_index(L.virtual_blocks, fwd, MM_FUSED_PULLED, 0));
     if (tid == 0) {
-      int32_t* counters = mm_ws<int32_t>(L, MM_WS_BLOCK_COUNTERS);
       ctl.sm = sm;
       ctl.s = s;
       ctl.pulled = counters + mm_fused_counter_index(L.virtual_blocks, fwd, MM_FUSED_PULLED, 0);
@@ -655,7 +730,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_setmaxnreg_inc<MM_GEMM_TAIL_REGS>();
   } else {
     mm_setmaxnreg_inc<MM_FUSED_MATH_REGS>();
-    mm_fused_math<T1, T2>(L, ctl.ring, sm, s, l1_done, p1, p2, warp >> 2);
+    mm_fused_math<T1, T2>(L, ctl.ring, sm, s, l1_done, p1, p2, &tm_out1, warp >> 2);
     mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
     mm_named_barrier_arrive(MM_FUSED_BAR_REGS, MM_GEMM_THREADS); /* the registers are free */
   }

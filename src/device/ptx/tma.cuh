@@ -78,6 +78,12 @@ MM_PTX_DEVICE void mm_bulk_wait_group() {
   asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
 }
 
+/* Asks L2 to fetch [src, src + bytes) of global memory (a hint: no data
+ * comes back, nothing waits; src 16-byte aligned, bytes a multiple of 16). */
+MM_PTX_DEVICE void mm_bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((uint64_t)src), "r"(bytes) : "memory");
+}
+
 /* L2 eviction policies for the cache hints above. */
 MM_PTX_DEVICE uint64_t mm_l2_policy_evict_first() {
   uint64_t p;

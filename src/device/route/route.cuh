@@ -14,6 +14,7 @@
 
 #include "comm/wait.cuh"
 #include "common.cuh"
+#include "ptx/tma.cuh"
 #include "view.cuh"
 
 /* Items [lo, hi) of this CTA's thread when `n` items are cut in blockDim.x
@@ -214,17 +215,18 @@ MM_DEVICE void mm_pool_layout_cta(const mm_layer_view& L, int* scratch) {
   mm_pool_layout_cta_cap(L, scratch, L.pool_rows, MM_SITE_POOL);
 }
 
-/* Pool row r, the j-th valid row of local expert le (j < pool_count[le]), by
- * one warp: finds its source and entry, copies the token's x row (over
- * NVLink for a peer) and scales into row dst of the pool regions (pool_x,
- * pool_x_sf with row stride sf_stride, pool_rows, pool_weight), and writes
- * the row's metadata and routing weight there. The staged and split arms
- * store row r at r (stride L.pool_rows); the fused arm at its ring row
- * (stride: the ring's rows), r staying the virtual row that names the
- * entry. */
-MM_DEVICE void mm_pull_row_to(const mm_layer_view& L, int r, int le, int64_t dst, int64_t sf_stride) {
-  const int El = L.local_experts, R = L.num_ranks, H = L.hidden, K = L.top_k;
-  const int lane = threadIdx.x & 31;
+/* Where pool row r, the j-th valid row of local expert le (j <
+ * pool_count[le]), comes from: its source rank's x row and scales, and what
+ * the pool keeps of it (the row's metadata and routing weight). Every lane
+ * that calls it gets the same answer. */
+struct mm_pull_src {
+  const uint8_t* x;
+  const float* sf;
+  mm_pool_row row;
+  float weight;
+};
+MM_DEVICE mm_pull_src mm_pull_source(const mm_layer_view& L, int r, int le) {
+  const int El = L.local_experts, R = L.num_ranks, K = L.top_k;
   const int32_t* route_base = mm_ws<int32_t>(L, MM_WS_ROUTE_BASE);
   const int32_t* src_start = mm_ws<int32_t>(L, MM_WS_POOL_SRC_START);
   int src = R - 1; /* last source whose rows start at or before r */
@@ -233,15 +235,60 @@ MM_DEVICE void mm_pull_row_to(const mm_layer_view& L, int r, int le, int64_t dst
   const mm_route_entry entry = mm_sym<mm_route_entry>(L, L.rank, MM_SYM_ROUTE_ENTRIES)
       [(int64_t)src * L.max_tokens * K + route_base[src * El + le] + j];
   const int t = entry.token_slot / K;
-  const int sf_cols = H / MM_SCALE_BLOCK;
-  const uint8_t* x_src = mm_sym<uint8_t>(L, src, MM_SYM_INPUT_X) + (int64_t)t * H;
-  const float* sf_src = mm_sym<float>(L, src, MM_SYM_INPUT_X_SF) + (int64_t)t * sf_cols;
-  mm_warp_copy16(mm_ws<uint8_t>(L, MM_WS_POOL_X) + dst * H, x_src, H);
+  mm_pull_src s;
+  s.x = mm_sym<uint8_t>(L, src, MM_SYM_INPUT_X) + (int64_t)t * L.hidden;
+  s.sf = mm_sym<float>(L, src, MM_SYM_INPUT_X_SF) + (int64_t)t * (L.hidden / MM_SCALE_BLOCK);
+  s.row = mm_pool_row{src, entry.token_slot};
+  s.weight = entry.weight;
+  return s;
+}
+
+/* One warp copies the row s into row dst of the pool regions (pool_x,
+ * pool_x_sf with row stride sf_stride, pool_rows, pool_weight), over NVLink
+ * for a peer's row. The first 32 scales are loaded before the x row, so
+ * their latency hides under its copy. */
+MM_DEVICE void mm_pull_copy(const mm_layer_view& L, const mm_pull_src& s, int64_t dst, int64_t sf_stride) {
+  const int lane = threadIdx.x & 31;
+  const int H = L.hidden, sf_cols = H / MM_SCALE_BLOCK;
   float* pool_x_sf = mm_ws<float>(L, MM_WS_POOL_X_SF);
-  for (int i = lane; i < sf_cols; i += 32) pool_x_sf[(int64_t)i * sf_stride + dst] = sf_src[i];
+  const float sf0 = lane < sf_cols ? s.sf[lane] : 0.f;
+  mm_warp_copy16(mm_ws<uint8_t>(L, MM_WS_POOL_X) + dst * H, s.x, H);
+  if (lane < sf_cols) pool_x_sf[(int64_t)lane * sf_stride + dst] = sf0;
+  for (int i = lane + 32; i < sf_cols; i += 32) pool_x_sf[(int64_t)i * sf_stride + dst] = s.sf[i];
   if (lane == 0) {
-    mm_ws<mm_pool_row>(L, MM_WS_POOL_ROWS)[dst] = mm_pool_row{src, entry.token_slot};
-    mm_ws<float>(L, MM_WS_POOL_WEIGHT)[dst] = entry.weight;
+    mm_ws<mm_pool_row>(L, MM_WS_POOL_ROWS)[dst] = s.row;
+    mm_ws<float>(L, MM_WS_POOL_WEIGHT)[dst] = s.weight;
+  }
+}
+
+/* Pool row r by one warp into row dst of the pool regions. The staged and
+ * split arms store row r at r (stride L.pool_rows); the fused arm at its
+ * ring row (stride: the ring's rows), r staying the virtual row that names
+ * the entry. */
+MM_DEVICE void mm_pull_row_to(const mm_layer_view& L, int r, int le, int64_t dst, int64_t sf_stride) {
+  mm_pull_copy(L, mm_pull_source(L, r, le), dst, sf_stride);
+}
+
+/* Rows r0 .. r0 + n - 1 (n <= 32, all of local expert le) by one warp into
+ * rows dst0 .. dst0 + n - 1: the same stores as n calls of mm_pull_row_to,
+ * but the n lookups run at once (lane i finds row r0 + i, and asks L2 for
+ * its x row when it is this rank's own), so a row's copy no longer waits
+ * behind its own chain of dependent loads (docs/PERF.md, tenth session). */
+MM_DEVICE void mm_pull_rows_to(const mm_layer_view& L, int r0, int n, int le, int64_t dst0, int64_t sf_stride) {
+  const int lane = threadIdx.x & 31;
+  mm_pull_src mine = {};
+  if (lane < n) {
+    mine = mm_pull_source(L, r0 + lane, le);
+    if (mine.row.src_rank == L.rank) mm_bulk_prefetch_l2(mine.x, (uint32_t)L.hidden);
+  }
+  for (int i = 0; i < n; ++i) {
+    mm_pull_src s;
+    s.x = reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(mine.x), i));
+    s.sf = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(mine.sf), i));
+    s.row.src_rank = __shfl_sync(0xffffffffu, mine.row.src_rank, i);
+    s.row.token_slot = __shfl_sync(0xffffffffu, mine.row.token_slot, i);
+    s.weight = __shfl_sync(0xffffffffu, mine.weight, i);
+    mm_pull_copy(L, s, dst0 + i, sf_stride);
   }
 }
 
