@@ -235,13 +235,18 @@ MM_DEVICE bool mm_gemm_copy_tile(const mm_gemm_smem& sm, const mm_gemm_problem& 
   const bool staged = rows_ready && mm_gemm_wait(sm, sm.copy_full, j & 1u, p);
   /* Also the barrier that publishes dst[] to every copy thread. */
   if (mm_named_barrier_or(MM_GEMM_BAR_COPY, kThreads, !staged)) return false;
+  /* The rows are read once, by the combine's reduction after barrier 1:
+   * stored evict-first, so they do not push out of L2 the weights and rows
+   * the GEMMs still read (8192 tokens, one H200, mean of four A/B pairs:
+   * fused -1.5 %, split unchanged; docs/PERF.md, tenth session). */
+  const uint64_t policy = mm_l2_policy_evict_first();
 #pragma unroll 2
   for (int idx = c_tid; idx < ti.rows * kChunks; idx += kThreads) {
     const int r = idx / kChunks, c = idx % kChunks;
     uint8_t* row = dst[r];
     if (!row) continue;
     const uint32_t off = mm_gemm_staging_addr<Cfg>(0u, (uint32_t)r, (uint32_t)(8 * c));
-    reinterpret_cast<uint4*>(row)[c] = *reinterpret_cast<const uint4*>(sm.d_ptr + off);
+    mm_st_global_v4_hint(reinterpret_cast<uint4*>(row) + c, *reinterpret_cast<const uint4*>(sm.d_ptr + off), policy);
   }
   mm_mbar_arrive(sm.copy_empty); /* this thread's reads of the staging area are done (their values are stored) */
   mm_named_barrier_sync_c<MM_GEMM_BAR_COPY, kThreads>(); /* dst[] is read out before the next tile's lookups */

@@ -91,6 +91,13 @@ MM_PTX_DEVICE uint64_t mm_l2_policy_evict_first() {
   return p;
 }
 
+/* A 16-byte global store with an L2 cache policy (mm_l2_policy_*). */
+MM_PTX_DEVICE void mm_st_global_v4_hint(void* dst, uint4 v, uint64_t policy) {
+  asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(dst), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w), "l"(policy)
+               : "memory");
+}
+
 MM_PTX_DEVICE uint64_t mm_l2_policy_evict_last() {
   uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
