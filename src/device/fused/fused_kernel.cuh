@@ -4,7 +4,8 @@
  *   A-C  routing, all-rank barrier 0, the num_tokens_bound verdict and the
  *        pool layout in virtual rows (route/route_phases.cuh); phase A clears
  *        the per-block counter bank the NEXT forward uses
- *   D    each CTA builds the task stream (fused_stream.cuh); its producer
+ *   D    each CTA builds the task stream (fused_stream.cuh); every warp of
+ *        the grid pulls its 2 of the first rows (mm_fused_pull_prologue); its producer
  *        takes tasks t = blockIdx.x, + gridDim.x, ... (or claims them from
  *        a grid counter: order.dynamic_claim) in stream order and hands
  *        them to the other roles through the task ring:
@@ -151,7 +152,8 @@ static inline __host__ __device__ uint32_t mm_fused_task_cache_offset(int expert
 
 /* The kernel's shared memory: the engine's layout (gemm_cfg.cuh) with one
  * stage of kStage bytes (stage_b = 0: B lives inside the stage), the L2
- * tile's staging area, the xwg area of the L1 epilogue's amax exchange, and
+ * tile's staging area (also the L1 tile's codes on their way to the TMA
+ * store: mm_fused_math), the xwg area of the L1 epilogue's amax exchange, and
  * in the scheduler area the copy warps' row destinations (C2::BM pointers:
  * not the xwg area, which the L1 epilogue uses at the same time) and the
  * stream (fused_stream.cuh). */
@@ -336,7 +338,9 @@ struct mm_fused_l1_pending {
 };
 
 /* Every math thread: L1_DONE for the pending tile, if any. Its fp8 codes and
- * scales (a TMA store's completion first), then the async-proxy fence (an L2 producer's TMA reads them next),
+ * scales (a TMA store's completion first: usually long done, as the
+ * publication follows the next tile's mainloop; waited in full where an L2
+ * task or the ring's distance publishes it first), then the async-proxy fence (an L2 producer's TMA reads them next),
  * the math threads' barrier, one release that is cumulative over them. */
 MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, int32_t* l1_done, mm_fused_l1_pending& pend) {
   if (pend.block0 < 0) return;
@@ -365,11 +369,11 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
    * the engine measured the store 7 % faster than direct stores on its L1
    * GEMM, docs/PERF.md), an L2 tile's bf16 values to the copy warps. So an
    * L1 epilogue first waits until the copy warps have read the last L2 tile
-   * out (copy_empty, thread 0, before the epilogue's opening barrier), and
-   * the L2 epilogue after it until that store has read the area
-   * (l1_store_reads). The same tasks in every math thread: the flag and the
-   * waits are uniform. */
-  bool l1_store_reads = false;
+   * out (copy_empty, thread 0, then a vote), and an L2 epilogue after an L1
+   * tile until that tile's store is done: every L1 tile leaves L1_DONE
+   * pending, and an L2 task publishes it before its mainloop
+   * (mm_fused_publish_l1: thread 0's wait_group 0, then a math barrier).
+   * The same tasks in every math thread: the waits are uniform. */
   mm_fused_l1_pending pend = {-1, 0};
   /* Timeline of the math warps' parts (thread 0 only): compiled in only with
    * -DMM_FUSED_MATH_TIMELINE=1 (it costs the kernel ~60 B more spills), e.g.
@@ -419,12 +423,14 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       lap(MM_TL_MATH_L1);
       mm_fused_publish_l1(L, l1_done, pend);
       const bool staged = T1::kSwStage && p1.swiglu.tma_out && ti.rows == T1::BM; /* as the epilogue decides */
-      /* A give-up here leaves the area to a failed forward (the abort word
-       * is set; the next vote leaves): nothing outside it is written. */
-      if (staged && l2_tiles > 0 && threadIdx.x == 0)
-        (void)mm_gemm_wait(sm2, sm2.copy_empty, (uint32_t)(l2_tiles - 1) & 1u, p2);
+      if (staged && l2_tiles > 0) {
+        /* A give-up (the abort word is set) must not overwrite what the
+         * copy warps may still be reading: all math threads leave. */
+        const bool read_out =
+            threadIdx.x != 0 || mm_gemm_wait(sm2, sm2.copy_empty, (uint32_t)(l2_tiles - 1) & 1u, p2);
+        if (!mm_gemm_math_vote_ok(sm1, read_out)) return;
+      }
       mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_out1);
-      l1_store_reads = l1_store_reads || staged;
       pend.block0 = task.block0;
       pend.rows = task.rows;
       lap(MM_TL_MATH_L1_EPI);
@@ -435,13 +441,8 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       const bool mine = mm_gemm_consume_tile<T2, true>(sm2, pipe, p2, ti, wg, acc);
       if (!mm_gemm_math_vote_ok(sm2, mine)) return;
       lap(MM_TL_MATH_L2);
-      if (l1_store_reads) {
-        if (threadIdx.x == 0) mm_bulk_wait_group_read<0>();
-        mm_gemm_math_barrier();
-        l1_store_reads = false;
-      }
-      /* False: the hand-off gave up (the abort word is set); the next
-       * tile's vote leaves, the copy warps leave on the abort word. */
+      /* A give-up in the hand-off (the abort word is set) stages nothing;
+       * the next tile's vote leaves, the copy warps leave on the abort word. */
       (void)mm_gemm_epilogue_stage_for_copy<T2>(sm2, p2, l2_tiles++, wg, acc);
       if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
       lap(MM_TL_MATH_L2_EPI);
@@ -731,6 +732,9 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   } else {
     mm_setmaxnreg_inc<MM_FUSED_MATH_REGS>();
     mm_fused_math<T1, T2>(L, ctl.ring, sm, s, l1_done, p1, p2, &tm_out1, warp >> 2);
+    /* An L1 store still reading shared memory (the loop may have left on a
+     * vote, with L1_DONE unpublished) completes before the CTA ends. */
+    if (tid == 0) mm_bulk_wait_group<0>();
     mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
     mm_named_barrier_arrive(MM_FUSED_BAR_REGS, MM_GEMM_THREADS); /* the registers are free */
   }

@@ -91,7 +91,8 @@ MM_DEVICE void mm_gemm_producer_loop_dynamic(const mm_gemm_smem& sm, const Sched
 /* The math warpgroups' loop over the claimed tiles (as mm_gemm_math_loop:
  * store(ti, acc, last) with last = false, abandon() when a vote fails). Its
  * one-partial tiles probe the next stage early (mm_gemm_consume_tile_1p's
- * kEarlyProbe: measured faster in the split arm's kernels, its only users). */
+ * kEarlyProbe: measured faster in the split arm's kernels, the users of this
+ * loop; the fused kernel asks for it in its own loop). */
 template <class Cfg, class Sched, class Store, class Abandon>
 MM_DEVICE void mm_gemm_math_loop_dynamic(const mm_gemm_smem& sm, const Sched& sched, const mm_gemm_problem& p,
                                          int wg, Store&& store, Abandon&& abandon) {

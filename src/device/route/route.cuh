@@ -217,8 +217,8 @@ MM_DEVICE void mm_pool_layout_cta(const mm_layer_view& L, int* scratch) {
 
 /* Where pool row r, the j-th valid row of local expert le (j <
  * pool_count[le]), comes from: its source rank's x row and scales, and what
- * the pool keeps of it (the row's metadata and routing weight). Every lane
- * that calls it gets the same answer. */
+ * the pool keeps of it (the row's metadata and routing weight): a function
+ * of (r, le) alone, so lanes that ask for one row agree. */
 struct mm_pull_src {
   const uint8_t* x;
   const float* sf;
