@@ -422,8 +422,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       if (!mm_gemm_math_vote_ok(sm1, mine)) return;
       lap(MM_TL_MATH_L1);
       mm_fused_publish_l1(L, l1_done, pend);
-      const bool staged = T1::kSwStage && p1.swiglu.tma_out && ti.rows == T1::BM; /* as the epilogue decides */
-      if (staged && l2_tiles > 0) {
+      if (mm_gemm_swiglu_staged<T1>(p1, ti, tm_out1) && l2_tiles > 0) {
         /* A give-up (the abort word is set) must not overwrite what the
          * copy warps may still be reading: all math threads leave. */
         const bool read_out =

@@ -266,6 +266,16 @@ MM_DEVICE void mm_gemm_copy_loop(const mm_gemm_smem& sm, const mm_gemm_problem& 
   }
 }
 
+/* Whether the SwiGLU epilogue stores this tile's codes through the staging
+ * area and one TMA store (a full tile of a kSwStage config with the codes'
+ * map), or row by row; the same in every math thread. A kernel that shares
+ * the staging area with another use (the fused arm) asks it too. */
+template <class Cfg>
+MM_DEVICE bool mm_gemm_swiglu_staged(const mm_gemm_problem& p, const mm_gemm_tile_info& ti,
+                                     const CUtensorMap* tm_out) {
+  return Cfg::kSwStage && tm_out != nullptr && p.swiglu.tma_out && ti.rows == Cfg::BM;
+}
+
 /* Epilogue of the L1 GEMM: B is the prepared W1 (MM_W1_INTERLEAVE = 64), so
  * a 128-wide wave holds gate columns in registers i < 32 and the matching up
  * columns in i + 32, for a-columns (n0 + wave column) / 2 + 0..63.
@@ -288,7 +298,7 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
   /* A full tile's codes go through the staging area and one TMA store (the
    * same for every math thread: the barriers below are CTA-wide); a partial
    * tile's are stored row by row, valid rows only. */
-  const bool staged = Cfg::kSwStage && tm_out != nullptr && q.tma_out && ti.rows == Cfg::BM;
+  const bool staged = mm_gemm_swiglu_staged<Cfg>(p, ti, tm_out);
   if (staged) {
     if (threadIdx.x == 0) mm_bulk_wait_group_read<0>(); /* the previous tile's store has read the area */
     mm_gemm_math_barrier();
