@@ -74,8 +74,12 @@ enum mm_timeline_event {
   MM_TL_COUNTED,         /* grid barrier after validation and counts */
   MM_TL_PUBLISHED,       /* grid barrier after the routing lists were published */
   MM_TL_LAID_OUT,        /* grid barrier after all-rank barrier 0 and the pool layout */
+  MM_TL_STREAM_BUILT,    /* fused: the task stream built (the CTA barrier after it) */
+  MM_TL_ROLES,           /* the roles start (split kernel 1: the scheduler built; fused: the first tasks
+                            decoded and the prologue's rows pulled, the CTA barrier after them) */
   MM_TL_PULL_END,        /* the CTA's last pulled row published */
-  MM_TL_L1_FIRST_TILE,   /* the producer's first L1 tile: its rows were ready */
+  MM_TL_L1_FIRST_LOAD,   /* the producer's first L1 tile: its rows were ready, its first load issued (fused) */
+  MM_TL_L1_FIRST_TILE,   /* the producer's first L1 tile: its last loads issued */
   MM_TL_L1_LAST_ISSUED,  /* the producer issued the last loads of its last L1 tile */
   MM_TL_L1_MATH_END,     /* the math warpgroups finished their last L1 tile */
   MM_TL_K2_START,        /* kernel 2 entered (fused: the producer's first L2 tile, its L1 rows ready) */

@@ -298,6 +298,7 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
       ok = mm_fused_wait_blocks(sm1, p1, s, c.pulled, MM_FUSED_PULLED, task);
       waited[0] += mm_tl_now(L) - t0;
+      if (first[0]) mm_tl_stamp(L, MM_TL_L1_FIRST_LOAD);
       const uint64_t tl = MM_FUSED_MATH_TIMELINE ? mm_tl_now(L) : 0;
       ok = ok && mm_gemm_produce_tile_loads<T1>(sm1, pipe, tm_a1, tm_b1, tm_sf1, p1, ti);
       if (MM_FUSED_MATH_TIMELINE) waited[3] += mm_tl_now(L) - tl;
@@ -677,6 +678,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     uint8_t* stream_smem = sm.sched + (uint32_t)C2::BM * 8u; /* after the copy warps' row destinations */
     s = mm_fused_stream_build_cta(stream_smem, mm_ws<int32_t>(L, MM_WS_POOL_COUNT), order, L.local_experts, C1::BM,
                                   C2::BM, p1.n / C1::BN, p2.n / C2::BN);
+    if (tid == 0) mm_tl_stamp(L, MM_TL_STREAM_BUILT);
     /* The CTA's first tasks in the stride order, one per thread, for the
      * producer (MM_FUSED_TASK_CACHE); the barrier below publishes them. */
     uint64_t* cache = reinterpret_cast<uint64_t*>(sm.sched + mm_fused_task_cache_offset<C2>(L.local_experts));
@@ -705,6 +707,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       ctl.cache_n = (uint32_t)cache_n;
     }
     __syncthreads();
+    if (tid == 0) mm_tl_stamp(L, MM_TL_ROLES);
   }
   if (warp >= 8) {
     /* setmaxnreg moves registers inside the CTA's pool (168 x 384 at launch):

@@ -312,54 +312,61 @@ MM_DEVICE const uint16_t* mm_combine_row(const mm_layer_view& L, int64_t token_s
   return mm_sym<uint16_t>(L, L.rank, MM_SYM_COMBINE) + token_slot * L.hidden;
 }
 
-/* y[t] = bf16(sum over unmasked k, in order k = 0..K-1, of fp32(combine[t][k]))
- * for this CTA's share of the tokens: warps of the CTA take tokens strided by
- * the grid, 8 columns (16 bytes) per lane per step, two steps at a time so
- * 2K loads per lane are in flight (the reduction is HBM-bound: it reads K
- * rows per token). `warp`, `warps`: the calling warp's index among the CTA's
- * participating warps. */
+/* y[t] = bf16(sum over unmasked k, in order k = 0..K-1, of fp32(combine[t][k])).
+ * The work is cut into units of (token, 512 columns): each lane sums 8
+ * columns (16 bytes) at two 256-column steps, so 2K loads per lane are in
+ * flight and one unit is one round trip to memory. Units go to the grid's
+ * warps CTA-fastest (unit u to warp u mod (grid x warps), CTA u mod grid), so
+ * a handful of tokens (decode) spreads over every SM instead of queueing
+ * ~H/512 dependent round trips on one warp (17 us at 64 tokens, docs/PERF.md
+ * eleventh session). Per element the sum and its order are unchanged.
+ * `warp`, `warps`: the calling warp's index among the CTA's participating
+ * warps. */
 MM_DEVICE void mm_reduce_tokens(const mm_layer_view& L, const mm_forward_view& F, int warp, int warps) {
   const int H = L.hidden, K = L.top_k;
   const int lane = threadIdx.x & 31;
-  constexpr int kSteps = 2, kGroup = 8;
-  for (int t = blockIdx.x * warps + warp; t < F.num_tokens; t += gridDim.x * warps) {
+  constexpr int kSteps = 2, kGroup = 8, kUnitCols = 32 * 8 * kSteps;
+  const int chunks = (H + kUnitCols - 1) / kUnitCols;
+  const int64_t units = (int64_t)F.num_tokens * chunks;
+  const int64_t stride = (int64_t)gridDim.x * warps;
+  for (int64_t u = (int64_t)warp * gridDim.x + blockIdx.x; u < units; u += stride) {
+    const int64_t t = u / chunks;
+    const int c0 = (int)(u - t * chunks) * kUnitCols + lane * 8;
     uint32_t live = 0; /* bit k: slot k is routed */
-    for (int k = 0; k < K; ++k) live |= (uint32_t)(mm_topk_at(F, (int64_t)t * K + k) >= 0) << k;
-    const uint16_t* rows = mm_combine_row(L, (int64_t)t * K);
-    for (int c0 = lane * 8; c0 < H; c0 += 32 * 8 * kSteps) {
-      float acc[kSteps][8];
+    for (int k = 0; k < K; ++k) live |= (uint32_t)(mm_topk_at(F, t * K + k) >= 0) << k;
+    const uint16_t* rows = mm_combine_row(L, t * K);
+    float acc[kSteps][8];
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[s][i] = 0.f;
+    /* Slots in groups of kGroup (registers), in order: the sum order is k = 0..K-1. */
+    for (int k0 = 0; k0 < K; k0 += kGroup) {
+      uint4 v[kSteps][kGroup];
 #pragma unroll
       for (int s = 0; s < kSteps; ++s)
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[s][i] = 0.f;
-      /* Slots in groups of kGroup (registers), in order: the sum order is k = 0..K-1. */
-      for (int k0 = 0; k0 < K; k0 += kGroup) {
-        uint4 v[kSteps][kGroup];
+        for (int j = 0; j < kGroup; ++j)
+          if (k0 + j < K && (live >> (k0 + j) & 1) && c0 + s * 256 < H)
+            v[s][j] = *reinterpret_cast<const uint4*>(rows + (int64_t)(k0 + j) * H + c0 + s * 256);
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s)
+      for (int s = 0; s < kSteps; ++s)
 #pragma unroll
-          for (int j = 0; j < kGroup; ++j)
-            if (k0 + j < K && (live >> (k0 + j) & 1) && c0 + s * 256 < H)
-              v[s][j] = *reinterpret_cast<const uint4*>(rows + (int64_t)(k0 + j) * H + c0 + s * 256);
+        for (int j = 0; j < kGroup; ++j) {
+          if (k0 + j >= K || !(live >> (k0 + j) & 1)) continue;
+          const uint16_t* b = reinterpret_cast<const uint16_t*>(&v[s][j]);
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s)
+          for (int i = 0; i < 8; ++i) acc[s][i] += mm_bf16_to_float(b[i]);
+        }
+    }
 #pragma unroll
-          for (int j = 0; j < kGroup; ++j) {
-            if (k0 + j >= K || !(live >> (k0 + j) & 1)) continue;
-            const uint16_t* b = reinterpret_cast<const uint16_t*>(&v[s][j]);
+    for (int s = 0; s < kSteps; ++s) {
+      if (c0 + s * 256 >= H) continue;
+      uint4 o;
+      uint16_t* ob = reinterpret_cast<uint16_t*>(&o);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) acc[s][i] += mm_bf16_to_float(b[i]);
-          }
-      }
-#pragma unroll
-      for (int s = 0; s < kSteps; ++s) {
-        if (c0 + s * 256 >= H) continue;
-        uint4 o;
-        uint16_t* ob = reinterpret_cast<uint16_t*>(&o);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) ob[i] = mm_float_to_bf16(acc[s][i]);
-        *reinterpret_cast<uint4*>(F.y + (int64_t)t * H + c0 + s * 256) = o;
-      }
+      for (int i = 0; i < 8; ++i) ob[i] = mm_float_to_bf16(acc[s][i]);
+      *reinterpret_cast<uint4*>(F.y + t * H + c0 + s * 256) = o;
     }
   }
 }

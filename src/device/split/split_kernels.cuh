@@ -59,6 +59,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   mm_sched_grouped sched;
   mm_gemm_cta_setup<Cfg>(sm, sched, p, &tm_a, &tm_b, &tm_sfa, nullptr);
   int32_t* tile_counter = mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) + 0;
+  if (tid == 0) mm_tl_stamp(L, MM_TL_ROLES);
 
   if (warp >= 8) {
     /* setmaxnreg moves registers inside the CTA's pool (168 x 384 at launch):
