@@ -543,7 +543,9 @@ MM_DEVICE void mm_fused_pull_prologue(const mm_layer_view& L, const mm_fused_str
     const int n = min(MM_FUSED_PROLOGUE_ROWS, s->block_start[e] * MM_FUSED_BLOCK_ROWS + s->rows[e] - r0);
     if (n <= 0) continue; /* the block's padding */
     mm_pull_rows_to(L, r0, n, e, r0, ring_rows);
-    mm_pull_publish(pulled + b, n, lane);
+    mm_fence_proxy_async_global();
+    __syncwarp();
+    if (lane == 0) mm_red_release_gpu_add_s32(pulled + b, n);
   }
 }
 
@@ -600,7 +602,12 @@ MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, int 
      * multiple of the chunk), so its rows are consecutive there too. */
     const int dst0 = (int)((uint32_t)r0 % (uint32_t)ring_rows);
     mm_pull_rows_to(L, r0, n, e, dst0, ring_rows);
-    mm_pull_publish(c.pulled + b, n, lane); /* one release for the chunk's rows */
+    /* Every lane's stores of the chunk before the async proxy (TMA) reads
+     * them; the warp barrier orders them before lane 0's one release for
+     * the chunk's rows. */
+    mm_fence_proxy_async_global();
+    __syncwarp();
+    if (lane == 0) mm_red_release_gpu_add_s32(c.pulled + b, n);
   }
   if (lane == 0) mm_tl_stamp_latest(L, MM_TL_PULL_END);
 }

@@ -274,16 +274,6 @@ MM_DEVICE void mm_pull_row_to(const mm_layer_view& L, int r, int le, int64_t dst
  * but the n lookups run at once (lane i finds row r0 + i, and asks L2 for
  * its x row when it is this rank's own), so a row's copy no longer waits
  * behind its own chain of dependent loads (docs/PERF.md, tenth session). */
-/* The calling warp, after it pulled `rows` rows counted by *counter: every
- * lane's stores before the async proxy (the consumer's TMA loads) reads
- * them, the warp barrier orders them before lane 0's one release (`lane`:
- * the caller's lane index). */
-MM_DEVICE void mm_pull_publish(int32_t* counter, int32_t rows, int lane) {
-  mm_fence_proxy_async_global();
-  __syncwarp();
-  if (lane == 0) mm_red_release_gpu_add_s32(counter, rows);
-}
-
 MM_DEVICE void mm_pull_rows_to(const mm_layer_view& L, int r0, int n, int le, int64_t dst0, int64_t sf_stride) {
   const int lane = threadIdx.x & 31;
   mm_pull_src mine = {};
