@@ -75,6 +75,7 @@ enum mm_timeline_event {
   MM_TL_PUBLISHED,       /* grid barrier after the routing lists were published */
   MM_TL_LAID_OUT,        /* grid barrier after all-rank barrier 0 and the pool layout */
   MM_TL_STREAM_BUILT,    /* fused: the task stream built (the CTA barrier after it) */
+  MM_TL_TASKS_DECODED,   /* fused: warp 0's share of the CTA's task cache decoded (before the prologue) */
   MM_TL_ROLES,           /* the roles start (split kernel 1: the scheduler built; fused: the first tasks
                             decoded and the prologue's rows pulled, the CTA barrier after them) */
   MM_TL_PULL_END,        /* the CTA's last pulled row published */

@@ -274,6 +274,12 @@ MM_HOST_DEVICE void mm_fused_gemm_task(const mm_fused_stream* s, int gemm, int64
  * phase's L1 part or L2 part. A kernel walking its own tasks in increasing t
  * may keep a cursor instead; it must give the same tasks. */
 MM_HOST_DEVICE void mm_fused_task_at(const mm_fused_stream* s, int64_t t, mm_fused_task* task) {
+  if (s->order.single_wave) { /* every L1 task (phase 0), then every L2 task (phase 1): no search */
+    const int64_t l1_tasks = (int64_t)s->m_start[0][s->experts] * s->tiles_n[0];
+    if (t < l1_tasks) mm_fused_gemm_task(s, 0, t, task);
+    else mm_fused_gemm_task(s, 1, t - l1_tasks, task);
+    return;
+  }
   int64_t lo = 0, hi = s->phases - 1; /* the last phase whose start <= t (it holds t) */
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;

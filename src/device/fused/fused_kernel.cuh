@@ -532,7 +532,6 @@ MM_DEVICE int mm_fused_prologue_rows(const mm_fused_stream* s) {
 MM_DEVICE void mm_fused_pull_prologue(const mm_layer_view& L, const mm_fused_stream* s, int32_t* pulled) {
   static_assert(MM_FUSED_PULL_CHUNK % MM_FUSED_PROLOGUE_ROWS == 0 && MM_FUSED_PROLOGUE_ROWS <= 32,
                 "a warp's prologue rows stay inside one block");
-  const int lane = threadIdx.x & 31;
   const int rows = mm_fused_prologue_rows(s);
   const int ring_rows = s->order.ring_blocks * MM_FUSED_BLOCK_ROWS;
   const int nw = (int)gridDim.x * (MM_GEMM_THREADS / 32);
@@ -543,9 +542,7 @@ MM_DEVICE void mm_fused_pull_prologue(const mm_layer_view& L, const mm_fused_str
     const int n = min(MM_FUSED_PROLOGUE_ROWS, s->block_start[e] * MM_FUSED_BLOCK_ROWS + s->rows[e] - r0);
     if (n <= 0) continue; /* the block's padding */
     mm_pull_rows_to(L, r0, n, e, r0, ring_rows);
-    mm_fence_proxy_async_global();
-    __syncwarp();
-    if (lane == 0) mm_red_release_gpu_add_s32(pulled + b, n);
+    mm_pull_publish(pulled + b, n);
   }
 }
 
@@ -602,12 +599,7 @@ MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, int 
      * multiple of the chunk), so its rows are consecutive there too. */
     const int dst0 = (int)((uint32_t)r0 % (uint32_t)ring_rows);
     mm_pull_rows_to(L, r0, n, e, dst0, ring_rows);
-    /* Every lane's stores of the chunk before the async proxy (TMA) reads
-     * them; the warp barrier orders them before lane 0's one release for
-     * the chunk's rows. */
-    mm_fence_proxy_async_global();
-    __syncwarp();
-    if (lane == 0) mm_red_release_gpu_add_s32(c.pulled + b, n);
+    mm_pull_publish(c.pulled + b, n); /* one release for the chunk's rows */
   }
   if (lane == 0) mm_tl_stamp_latest(L, MM_TL_PULL_END);
 }
@@ -691,6 +683,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
         mm_fused_task_at(s, t, &task);
         cache[k] = mm_fused_task_pack(&task);
       }
+    if (tid == 0) mm_tl_stamp(L, MM_TL_TASKS_DECODED);
     int32_t* counters = mm_ws<int32_t>(L, MM_WS_BLOCK_COUNTERS);
     /* Every warp pulls the first rows now, ahead of the roles (the math
      * warps would only wait for them). */

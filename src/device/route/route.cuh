@@ -294,6 +294,16 @@ MM_DEVICE void mm_pull_rows_to(const mm_layer_view& L, int r0, int n, int le, in
 
 MM_DEVICE void mm_pull_row(const mm_layer_view& L, int r, int le) { mm_pull_row_to(L, r, le, r, L.pool_rows); }
 
+/* A warp's pulled rows published to the GEMM producer that TMA-loads them:
+ * every lane's stores ordered before the async proxy's reads (the fence),
+ * the warp barrier orders them before lane 0's one release of n rows to
+ * *counter. The split pull, the fused prologue and the fused pull. */
+MM_DEVICE void mm_pull_publish(int32_t* counter, int n) {
+  mm_fence_proxy_async_global();
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mm_red_release_gpu_add_s32(counter, n);
+}
+
 /* The local expert whose pool range holds row r (pool_offset: E_l + 1
  * ascending offsets, in shared or global memory). */
 MM_DEVICE int mm_pool_expert_of(const int32_t* pool_offset, int El, int r) {

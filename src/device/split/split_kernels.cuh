@@ -102,11 +102,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
         const int le = mm_pool_expert_of(sched.out_off, El, r);
         if (r - sched.out_off[le] >= sched.valid[le]) continue; /* padding: never counted, never stored */
         mm_pull_row(L, r, le);
-        /* Every lane's stores before the async proxy (TMA) reads them; the
-         * warp barrier orders them before lane 0's release. */
-        mm_fence_proxy_async_global();
-        __syncwarp();
-        if (lane == 0) mm_red_release_gpu_add_s32(ready + r / MM_READY_BLOCK_ROWS, 1);
+        mm_pull_publish(ready + r / MM_READY_BLOCK_ROWS, 1);
       }
       if (lane == 0) mm_tl_stamp_latest(L, MM_TL_PULL_END);
     }
