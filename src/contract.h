@@ -58,7 +58,10 @@ typedef enum mm_region_id {
   MM_WS_BLOCK_COUNTERS,  /* fused arm: [MM_FLAG_BANKS][MM_FUSED_COUNTERS][virtual blocks] i32 per-block
                           * counters (pulled rows, L1 done, L2 done), bank = forward & 1 (fused.h) */
   MM_WS_TILE_COUNTERS,   /* [MM_TILE_COUNTERS] i32 tiles claimed per GEMM (gemm_dynamic.cuh; split arm), or the
-                            fused arm's tasks claimed (its order's dynamic_claim) */
+                            fused arm's tasks claimed [0] and CTAs whose share of the task list is written [1]
+                            (its order's dynamic_claim) */
+  MM_WS_TASK_LIST,       /* fused arm: [mm_fused_task_list_entries] u64 this forward's stream, packed, decoded
+                          * by the whole grid for the producers' dynamic claim (fused.h) */
   MM_REGION_COUNT
 } mm_region_id;
 

@@ -74,8 +74,9 @@ typedef struct mm_fused_order {
   int32_t lag;         /* units between a unit's L1 and its L2 (lag order) */
   int32_t group;       /* units per group (lag order) */
   int32_t ring_blocks; /* the layout's ring */
-  int32_t dynamic_claim; /* 1: each CTA claims its next task from a grid-wide counter, in stream order
-                            (MEGAMOE_FUSED_DYNAMIC=1, a diagnostic); 0: tasks blockIdx.x + k * gridDim.x */
+  int32_t dynamic_claim; /* 1 (the default): each CTA claims its next task from a grid-wide counter, in
+                            stream order, and reads it from the task list the grid decoded; 0
+                            (MEGAMOE_FUSED_DYNAMIC=0, a diagnostic): tasks blockIdx.x + k * gridDim.x */
 } mm_fused_order;
 
 /* The stream is a sequence of phases; phase j holds the L1 tasks of its L1
@@ -320,6 +321,17 @@ MM_HOST_DEVICE void mm_fused_task_unpack(const mm_fused_stream* s, uint64_t w, m
   t->row0 = m * bm;
   t->rows = s->rows[e] - t->row0 < bm ? s->rows[e] - t->row0 : bm;
   t->block0 = s->block_start[e] + t->row0 / MM_FUSED_BLOCK_ROWS;
+}
+
+/* Entries of the task list (workspace region MM_WS_TASK_LIST): an upper
+ * bound of a stream's tasks over every tile pair the arm has, for a pool of
+ * at most virtual_blocks blocks. A tile has >= 64 rows, so an expert of b
+ * blocks has <= 2b m-tiles of either GEMM (a 256-row L2 tile: <= b), and
+ * >= 128 columns, so <= ceil(2I / 128) L1 and ceil(H / 128) L2 n-tiles. A
+ * stream above it anyway (a future tile) is still right: its producers
+ * decode the tasks past the list themselves. */
+MM_HOST_DEVICE int64_t mm_fused_task_list_entries(int64_t virtual_blocks, int64_t hidden, int64_t intermediate) {
+  return 2 * virtual_blocks * (mm_fused_ceil_div(2 * intermediate, 128) + mm_fused_ceil_div(hidden, 128));
 }
 
 /* Valid rows of virtual block b (b < blocks). */

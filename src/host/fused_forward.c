@@ -13,7 +13,10 @@ megamoe_status mm_fused_forward(const mm_layer_view* L, const mm_forward_view* F
   mm_fused_order order;
   memset(&order, 0, sizeof order); /* every field defined on the fallback path too */
   const megamoe_status st = mm_fused_call_order(ring, c, L->num_ranks, F->num_tokens, bound, &order);
-  if (st == MEGAMOE_OK) return mm_fused_launch(L, F, &order, bound, &gemms[0].plan, &gemms[1].plan, stream);
+  if (st == MEGAMOE_OK) {
+    order.dynamic_claim = mm_fused_claim_for(ring, mm_gemm_tile_rows(gemms[0].plan.tile));
+    return mm_fused_launch(L, F, &order, bound, &gemms[0].plan, &gemms[1].plan, stream);
+  }
   /* Not reached for a bound megamoe_forward accepted (the same check) and
    * the layout's ring (mm_fused_call_order's live-set check holds by
    * construction). Still, the peers must not wait: this rank runs the empty

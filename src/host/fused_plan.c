@@ -45,7 +45,10 @@ megamoe_status mm_fused_ring_make(const megamoe_config* c, int num_ranks, mm_fus
   ring->clamped = worst <= lagged;
   ring->blocks = (int32_t)(ring->clamped ? worst : lagged);
   ring->virtual_blocks = (int32_t)worst;
-  ring->dynamic_claim = mm_env_int("MEGAMOE_FUSED_DYNAMIC", 1, 1, 0); /* read once, not per forward */
+  /* Whether tasks are claimed from a grid counter (fused_plan.h): the
+   * default MM_FUSED_CLAIM_AUTO, or MEGAMOE_FUSED_DYNAMIC=0 / 1 (never /
+   * always, diagnostics). Read once, not per forward. */
+  ring->dynamic_claim = mm_env_int("MEGAMOE_FUSED_DYNAMIC", 0, 1, MM_FUSED_CLAIM_AUTO);
   return MEGAMOE_OK;
 }
 

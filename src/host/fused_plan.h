@@ -20,9 +20,19 @@ typedef struct mm_fused_ring {
   int32_t lag, group;     /* the lag order it is sized for: blocks = 8 (lag + group) + 4 unless clamped */
   int32_t clamped;        /* 1: the ring holds the worst case at T_max, never wraps, every call is single-wave */
   int32_t virtual_blocks; /* blocks of the worst case at T_max: the per-block counters of one bank */
-  int32_t dynamic_claim;  /* MEGAMOE_FUSED_DYNAMIC=1 at create: every call's order claims tasks (a diagnostic) */
+  int32_t dynamic_claim;  /* 0 / 1: no call's / every call's order claims tasks (MEGAMOE_FUSED_DYNAMIC at
+                             create, diagnostics); MM_FUSED_CLAIM_AUTO (the default): mm_fused_claim_for */
   int32_t lag_percent;    /* the lag rule's percentage (MM_FUSED_LAG_PERCENT; MEGAMOE_FUSED_LAG_PERCENT at create) */
 } mm_fused_ring;
+
+/* The dynamic claim where it was measured to win: calls whose L1 tile has
+ * 128 rows (the large pair; one H200, EP1: fused -2 to -6 % at 2048 tokens,
+ * within the noise at 8192), not the decode pair's short tiles (+6 % at 512
+ * tokens; docs/PERF.md, thirteenth session). */
+#define MM_FUSED_CLAIM_AUTO 2
+static inline int32_t mm_fused_claim_for(const mm_fused_ring* ring, int l1_tile_rows) {
+  return ring->dynamic_claim == MM_FUSED_CLAIM_AUTO ? l1_tile_rows >= 128 : ring->dynamic_claim;
+}
 
 /* Units of a call of `tokens` tokens per rank under uniform routing: each
  * local expert receives tokens * K / E_l rows (R * tokens * K slots over E

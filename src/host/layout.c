@@ -84,6 +84,7 @@ static const char* const region_names[MM_REGION_COUNT] = {
     [MM_WS_READY] = "rows_ready",
     [MM_WS_BLOCK_COUNTERS] = "block_counters",
     [MM_WS_TILE_COUNTERS] = "tile_counters",
+    [MM_WS_TASK_LIST] = "task_list",
 };
 
 megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layout* out) {
@@ -142,6 +143,8 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   bytes[MM_WS_READY] = c->arm == MEGAMOE_ARM_SPLIT ? mul(&s, P / MM_READY_BLOCK_ROWS, 4) : 0;
   bytes[MM_WS_BLOCK_COUNTERS] = mul(&s, mul(&s, MM_FLAG_BANKS * MM_FUSED_COUNTERS, (uint64_t)ring.virtual_blocks), 4);
   bytes[MM_WS_TILE_COUNTERS] = c->arm != MEGAMOE_ARM_STAGED ? MM_TILE_COUNTERS * 4 : 0;
+  bytes[MM_WS_TASK_LIST] =
+      fused ? mul(&s, (uint64_t)mm_fused_task_list_entries(ring.virtual_blocks, c->hidden, c->intermediate), 8) : 0;
 
   memset(out, 0, sizeof *out);
   out->num_ranks = num_ranks;

@@ -398,6 +398,27 @@ static mm_test_result t_lag_percent_at_create(void) {
   return MM_TEST_PASS;
 }
 
+/* The dynamic claim's rule: read at create, then per call by the L1 tile. */
+static mm_test_result t_claim_rule(void) {
+  megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
+  c.arm = MEGAMOE_ARM_FUSED;
+  mm_fused_ring ring;
+  CHECK_OK(mm_fused_ring_make(&c, 8, &ring));
+  CHECK_EQ_INT(ring.dynamic_claim, MM_FUSED_CLAIM_AUTO);
+  CHECK_EQ_INT(mm_fused_claim_for(&ring, 128), 1); /* the large pair */
+  CHECK_EQ_INT(mm_fused_claim_for(&ring, 64), 0);  /* the decode pair */
+  const char* forced[2] = {"0", "1"};
+  for (int v = 0; v < 2; ++v) {
+    CHECK(setenv("MEGAMOE_FUSED_DYNAMIC", forced[v], 1) == 0);
+    const megamoe_status st = mm_fused_ring_make(&c, 8, &ring);
+    CHECK(unsetenv("MEGAMOE_FUSED_DYNAMIC") == 0);
+    CHECK_OK(st);
+    CHECK_EQ_INT(mm_fused_claim_for(&ring, 128), v);
+    CHECK_EQ_INT(mm_fused_claim_for(&ring, 64), v);
+  }
+  return MM_TEST_PASS;
+}
+
 /* The per-call order and the host's rejection of a bound. */
 static mm_test_result t_call_order(void) {
   megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
@@ -464,6 +485,13 @@ static mm_test_result t_stream_decode(void) {
     test_stream t;
     stream_make(&t, o, El, rows, bms[mm_rng_below(&g, 3)], bms[mm_rng_below(&g, 3)], 1 + (int)mm_rng_below(&g, 4),
                 1 + (int)mm_rng_below(&g, 4));
+    /* The task list holds the stream: its bound, at the narrowest tiles
+     * (128 columns) these n-tile counts allow, over the stream's blocks. */
+    CHECK_MSG(t.s.tasks <= mm_fused_task_list_entries(t.s.blocks, 128 * (int64_t)t.s.tiles_n[1],
+                                                      64 * (int64_t)t.s.tiles_n[0]),
+              "case %d: %lld tasks above the task list's %lld entries", i, (long long)t.s.tasks,
+              (long long)mm_fused_task_list_entries(t.s.blocks, 128 * (int64_t)t.s.tiles_n[1],
+                                                    64 * (int64_t)t.s.tiles_n[0]));
     mm_fused_task* want = (mm_fused_task*)malloc(sizeof(mm_fused_task) * (size_t)(t.s.tasks + 1));
     const int64_t n = model_enumerate(&t.s, want, t.s.tasks + 1);
     int ok = n == t.s.tasks;
@@ -705,6 +733,8 @@ static mm_test_result t_fused_layout(void) {
     CHECK_EQ_INT(l.regions[MM_WS_BLOCK_COUNTERS].bytes,
                  fused ? (uint64_t)MM_FLAG_BANKS * MM_FUSED_COUNTERS * 4 * (uint64_t)l.ring.virtual_blocks : 0);
     CHECK_EQ_INT(l.regions[MM_WS_READY].bytes, arm == MEGAMOE_ARM_SPLIT ? (uint64_t)l.pool_rows / 128 * 4 : 0);
+    CHECK_EQ_INT(l.regions[MM_WS_TASK_LIST].bytes,
+                 fused ? 8 * (uint64_t)mm_fused_task_list_entries(l.ring.virtual_blocks, c.hidden, c.intermediate) : 0);
     CHECK_EQ_INT(l.ring.blocks != 0, fused);
     if (fused) {
       CHECK_EQ_INT(l.pool_rows, (int64_t)l.ring.blocks * MM_FUSED_BLOCK_ROWS);
@@ -737,6 +767,7 @@ const mm_test unit_suite_fused[] = {
     {"fused.worst_blocks_bound_any_routing", t_worst_blocks},
     {"fused.call_order_and_bound_rejection", t_call_order},
     {"fused.lag_percent_read_at_create", t_lag_percent_at_create},
+    {"fused.claim_rule_read_at_create", t_claim_rule},
     {"fused.stream_decode_matches_the_order", t_stream_decode},
     {"fused.ring_static_live_set_and_guard", t_ring_static},
     {"fused.ring_static_flash_tiles", t_ring_static_flash},

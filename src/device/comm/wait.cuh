@@ -53,6 +53,12 @@ MM_DEVICE int32_t mm_ld_relaxed_sys_s32(const int32_t* p) {
   return v;
 }
 
+MM_DEVICE uint64_t mm_ld_relaxed_gpu_u64(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
 MM_DEVICE float mm_ld_relaxed_gpu_f32(const float* p) {
   float v;
   asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");

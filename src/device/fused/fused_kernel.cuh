@@ -5,10 +5,12 @@
  *        pool layout in virtual rows (route/route_phases.cuh); phase A clears
  *        the per-block counter bank the NEXT forward uses
  *   D    each CTA builds the task stream (fused_stream.cuh); every warp of
- *        the grid pulls its 2 of the first rows (mm_fused_pull_prologue); its producer
- *        takes tasks t = blockIdx.x, + gridDim.x, ... (or claims them from
- *        a grid counter: order.dynamic_claim) in stream order and hands
- *        them to the other roles through the task ring:
+ *        the grid pulls its 2 of the first rows (mm_fused_pull_prologue)
+ *        and every thread decodes its task of the stream's task list; its
+ *        producer claims tasks from a grid counter in stream order, reads
+ *        them from the list (order.dynamic_claim = 0: takes t = blockIdx.x,
+ *        + gridDim.x, ...) and hands them to the other roles through the
+ *        task ring:
  *          warp 8 lane 0  producer: the counter wait of the task's blocks
  *                         (PULLED for an L1 tile, L1_DONE for an L2 tile),
  *                         then the TMA loads (A per 128-row block at its
@@ -201,7 +203,10 @@ struct mm_fused_cta {
   int32_t* l1_done;
   int32_t* l2_done;
   int32_t* claim;            /* the grid's task counter (order.dynamic_claim), or NULL: tasks by stride */
-  const uint64_t* cache;     /* this CTA's first cache_n tasks, packed (stride order), or NULL */
+  const int32_t* decoded;    /* with claim: CTAs whose share of the task list is written (target gridDim.x) */
+  const uint64_t* list;      /* with claim: the stream's tasks [0, list_n), packed, decoded by the grid */
+  int64_t list_n;
+  const uint64_t* cache;     /* without claim: this CTA's first cache_n tasks, packed (stride order), or NULL */
   uint32_t cache_n;          /* mm_fused_task_cache_entries */
 };
 
@@ -278,15 +283,38 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
   uint64_t waited[4] = {};
   bool first[2] = {true, true};
   uint32_t j = 0;
-  /* Tasks in stream order: by stride, or claimed from the grid's counter (a
-   * CTA that runs fast takes more; every task's inputs come from tasks
-   * earlier in the stream, so from tasks claimed before it). */
-  for (int64_t t = c.claim ? atomicAdd(c.claim, 1) : blockIdx.x;; t = c.claim ? atomicAdd(c.claim, 1) : t + gridDim.x) {
+  /* Tasks in stream order: claimed from the grid's counter (a CTA that runs
+   * fast takes more, so the CTAs end together; every task's inputs come
+   * from tasks earlier in the stream, so from tasks claimed before it), or
+   * by stride. A claimed task is read from the list the grid decoded: every
+   * CTA's share is written (its release after a CTA barrier) before the
+   * first read. Decoding one here instead costs this thread ~5 us under its
+   * 40 registers, which the math warps waited for (8192 tokens, one H200:
+   * 3.68 against 3.28 ms for the stride order; docs/PERF.md, thirteenth
+   * session). */
+  if (c.claim && !mm_gemm_wait_counter(c.sm, p1, c.decoded, (int32_t)gridDim.x, -1))
+    return; /* the abort word is set: the other roles leave too */
+  /* A claimed task's list entry (MM_FUSED_TASK_UNPACKED: decode it here). */
+  auto list_entry = [&](int64_t t) {
+    return t < c.list_n ? mm_ld_relaxed_gpu_u64(c.list + t) : MM_FUSED_TASK_UNPACKED;
+  };
+  int64_t t = c.claim ? atomicAdd(c.claim, 1) : blockIdx.x;
+  uint64_t w = c.claim ? list_entry(t) : MM_FUSED_TASK_UNPACKED;
+  for (;;) {
     mm_fused_task task;
-    if (t >= s->tasks) task.gemm = -1; /* the end of the sequence */
-    else if (c.cache && j < c.cache_n && c.cache[j] != MM_FUSED_TASK_UNPACKED)
-      mm_fused_task_unpack(s, c.cache[j], &task); /* the j-th task of this CTA, decoded ahead */
-    else mm_fused_task_at(s, t, &task);
+    if (t >= s->tasks) {
+      task.gemm = -1; /* the end of the sequence */
+    } else {
+      if (!c.claim) w = c.cache && j < c.cache_n ? c.cache[j] : MM_FUSED_TASK_UNPACKED;
+      if (w != MM_FUSED_TASK_UNPACKED) mm_fused_task_unpack(s, w, &task);
+      else mm_fused_task_at(s, t, &task);
+    }
+    /* The next task claimed now, and its list entry read once this task's
+     * blocks are ready, before its loads: both round trips run under this
+     * task. A claim only ever runs ahead of the tasks before it in this CTA,
+     * which wait on nothing later in the stream. */
+    const int64_t t_next = t >= s->tasks ? t : c.claim ? (int64_t)atomicAdd(c.claim, 1) : t + gridDim.x;
+    uint64_t w_next = MM_FUSED_TASK_UNPACKED;
     const uint64_t tp = MM_FUSED_MATH_TIMELINE ? mm_tl_now(L) : 0;
     if (!mm_fused_publish_task(c, p1, j++, task) || task.gemm < 0) break;
     const uint64_t t0 = mm_tl_now(L);
@@ -298,6 +326,7 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
       ok = mm_fused_wait_blocks(sm1, p1, s, c.pulled, MM_FUSED_PULLED, task);
       waited[0] += mm_tl_now(L) - t0;
+      if (c.claim) w_next = list_entry(t_next);
       if (first[0]) mm_tl_stamp(L, MM_TL_L1_FIRST_LOAD);
       const uint64_t tl = MM_FUSED_MATH_TIMELINE ? mm_tl_now(L) : 0;
       ok = ok && mm_gemm_produce_tile_loads<T1>(sm1, pipe, tm_a1, tm_b1, tm_sf1, p1, ti);
@@ -308,6 +337,7 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
       ok = mm_fused_wait_blocks(sm2, p2, s, c.l1_done, MM_FUSED_L1_DONE, task);
       waited[1] += mm_tl_now(L) - t0;
+      if (c.claim) w_next = list_entry(t_next);
       const uint64_t tl = MM_FUSED_MATH_TIMELINE ? mm_tl_now(L) : 0;
       ok = ok && mm_gemm_produce_tile_loads<T2>(sm2, pipe, tm_a2, tm_b2, tm_sf2, p2, ti);
       if (MM_FUSED_MATH_TIMELINE) waited[3] += mm_tl_now(L) - tl;
@@ -316,6 +346,8 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
     if (first[task.gemm]) mm_tl_stamp(L, task.gemm == 0 ? MM_TL_L1_FIRST_TILE : MM_TL_K2_START);
     first[task.gemm] = false;
     if (task.gemm == 0) mm_tl_stamp(L, MM_TL_L1_LAST_ISSUED);
+    t = t_next;
+    w = w_next;
   }
   mm_tl_add(L, MM_TL_WAIT_PULLED, waited[0]);
   mm_tl_add(L, MM_TL_WAIT_L1_DONE, waited[1]);
@@ -631,9 +663,10 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
    * verdict in front makes this the last line against a bug), in the lag
    * order the counters of one bank (the worst case at T_max). */
   if (tid == 0) mm_tl_zero_durations(L); /* this CTA's; its roles add after the routing's grid barriers */
-  /* The task counter, zeroed before the routing's first grid barrier; the
-   * producers claim only after the last one. */
-  if (order.dynamic_claim && blockIdx.x == 0 && tid == 0) *mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) = 0;
+  /* The task counter and the task list's count of CTAs, zeroed before the
+   * routing's first grid barrier; the CTAs count and the producers claim
+   * only after the last one. */
+  if (order.dynamic_claim && blockIdx.x == 0 && tid < MM_TILE_COUNTERS) mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS)[tid] = 0;
   {
     const uint64_t fwd = mm_forward_number(st);
     mm_route_hooks h;
@@ -671,11 +704,22 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     s = mm_fused_stream_build_cta(stream_smem, mm_ws<int32_t>(L, MM_WS_POOL_COUNT), order, L.local_experts, C1::BM,
                                   C2::BM, p1.n / C1::BN, p2.n / C2::BN);
     if (tid == 0) mm_tl_stamp(L, MM_TL_STREAM_BUILT);
-    /* The CTA's first tasks in the stride order, one per thread, for the
-     * producer (MM_FUSED_TASK_CACHE); the barrier below publishes them. */
+    /* The tasks decoded ahead, one per thread: with the dynamic claim this
+     * CTA's share of the stream's task list (tasks blockIdx.x + k gridDim.x,
+     * every k; the CTA barrier below publishes them to the grid), else the
+     * CTA's first tasks in the stride order for its own producer
+     * (MM_FUSED_TASK_CACHE; the barrier below publishes them). */
     uint64_t* cache = reinterpret_cast<uint64_t*>(sm.sched + mm_fused_task_cache_offset<C2>(L.local_experts));
     const int cache_n = (int)mm_fused_task_cache_entries<C1, C2>(L.local_experts);
-    if (!order.dynamic_claim)
+    uint64_t* list = mm_ws<uint64_t>(L, MM_WS_TASK_LIST);
+    const int64_t list_n = min(s->tasks, mm_fused_task_list_entries(L.virtual_blocks, L.hidden, L.intermediate));
+    if (order.dynamic_claim) {
+      for (int64_t t = blockIdx.x + (int64_t)tid * gridDim.x; t < list_n; t += (int64_t)MM_GEMM_THREADS * gridDim.x) {
+        mm_fused_task task;
+        mm_fused_task_at(s, t, &task);
+        list[t] = mm_fused_task_pack(&task);
+      }
+    } else {
       for (int k = tid; k < cache_n; k += MM_GEMM_THREADS) {
         const int64_t t = blockIdx.x + (int64_t)k * gridDim.x;
         if (t >= s->tasks) break;
@@ -683,6 +727,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
         mm_fused_task_at(s, t, &task);
         cache[k] = mm_fused_task_pack(&task);
       }
+    }
     if (tid == 0) mm_tl_stamp(L, MM_TL_TASKS_DECODED);
     int32_t* counters = mm_ws<int32_t>(L, MM_WS_BLOCK_COUNTERS);
     /* Every warp pulls the first rows now, ahead of the roles (the math
@@ -696,10 +741,16 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       ctl.l1_done = l1_done;
       ctl.l2_done = counters + mm_fused_counter_index(L.virtual_blocks, fwd, MM_FUSED_L2_DONE, 0);
       ctl.claim = order.dynamic_claim ? mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) : nullptr;
+      ctl.decoded = mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) + 1;
+      ctl.list = list;
+      ctl.list_n = list_n;
       ctl.cache = order.dynamic_claim ? nullptr : cache;
       ctl.cache_n = (uint32_t)cache_n;
     }
-    __syncthreads();
+    /* With the dynamic claim, also this CTA's share of the list to the grid
+     * (every thread's stores, then thread 0's release). */
+    if (order.dynamic_claim) mm_cta_publish_add<false, false>(mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) + 1, 1);
+    else __syncthreads();
     if (tid == 0) mm_tl_stamp(L, MM_TL_ROLES);
   }
   if (warp >= 8) {

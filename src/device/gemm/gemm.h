@@ -78,6 +78,8 @@ typedef enum mm_gemm_tile {
 const char* mm_gemm_tile_name(mm_gemm_tile tile);
 /* Columns of a tile (n must be a multiple of it); 0 for AUTO or unknown. */
 int mm_gemm_tile_width(mm_gemm_tile tile);
+/* Rows of a tile (BLOCK_M); 0 for MM_GEMM_TILE_AUTO or an unknown tile. */
+int mm_gemm_tile_rows(mm_gemm_tile tile);
 
 /* The tile the engine picks for a problem whose experts hold at most
  * rows_per_expert valid rows (the layer passes its estimate from the call's

@@ -161,6 +161,11 @@ extern "C" int mm_gemm_tile_width(mm_gemm_tile tile) {
   return t ? t->bn : 0;
 }
 
+extern "C" int mm_gemm_tile_rows(mm_gemm_tile tile) {
+  const tile_desc* t = tile_of(tile);
+  return t ? t->bm : 0;
+}
+
 extern "C" megamoe_status mm_gemm_check(const mm_gemm_problem* p) {
   MM_CHECK_NULL(p, "gemm problem");
   if (!p->a || !p->a_sf || !p->b || !p->b_sf || !p->expert_offset || !p->expert_count)
