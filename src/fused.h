@@ -74,9 +74,9 @@ typedef struct mm_fused_order {
   int32_t lag;         /* units between a unit's L1 and its L2 (lag order) */
   int32_t group;       /* units per group (lag order) */
   int32_t ring_blocks; /* the layout's ring */
-  int32_t dynamic_claim; /* 1 (the default): each CTA claims its next task from a grid-wide counter, in
-                            stream order, and reads it from the task list the grid decoded; 0
-                            (MEGAMOE_FUSED_DYNAMIC=0, a diagnostic): tasks blockIdx.x + k * gridDim.x */
+  int32_t dynamic_claim; /* 1: each CTA claims its next task from a grid-wide counter, in stream order,
+                            and reads it from the task list the grid decoded; 0: tasks blockIdx.x + k *
+                            gridDim.x. Set per call (mm_fused_claim_for: 1 on the large tile pair) */
 } mm_fused_order;
 
 /* The stream is a sequence of phases; phase j holds the L1 tasks of its L1
