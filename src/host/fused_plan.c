@@ -61,7 +61,7 @@ megamoe_status mm_fused_call_order(const mm_fused_ring* ring, const megamoe_conf
   const int64_t tokens = num_tokens_bound > 0 ? num_tokens_bound : c->max_tokens_per_rank;
   order->ring_blocks = ring->blocks;
   order->group = ring->group;
-  order->dynamic_claim = ring->dynamic_claim;
+  order->dynamic_claim = 0; /* the caller's, by the call's L1 tile (mm_fused_claim_for) */
   order->single_wave = mm_fused_worst_blocks(c, num_ranks, tokens) <= ring->blocks;
   /* A smaller bound never asks for a longer lag (the units estimate grows
    * with the tokens); the min keeps the ring's proof if the rule changes. */

@@ -712,21 +712,16 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     uint64_t* cache = reinterpret_cast<uint64_t*>(sm.sched + mm_fused_task_cache_offset<C2>(L.local_experts));
     const int cache_n = (int)mm_fused_task_cache_entries<C1, C2>(L.local_experts);
     uint64_t* list = mm_ws<uint64_t>(L, MM_WS_TASK_LIST);
+    int32_t* list_written = mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) + 1;
     const int64_t list_n = min(s->tasks, mm_fused_task_list_entries(L.virtual_blocks, L.hidden, L.intermediate));
-    if (order.dynamic_claim) {
-      for (int64_t t = blockIdx.x + (int64_t)tid * gridDim.x; t < list_n; t += (int64_t)MM_GEMM_THREADS * gridDim.x) {
-        mm_fused_task task;
-        mm_fused_task_at(s, t, &task);
-        list[t] = mm_fused_task_pack(&task);
-      }
-    } else {
-      for (int k = tid; k < cache_n; k += MM_GEMM_THREADS) {
-        const int64_t t = blockIdx.x + (int64_t)k * gridDim.x;
-        if (t >= s->tasks) break;
-        mm_fused_task task;
-        mm_fused_task_at(s, t, &task);
-        cache[k] = mm_fused_task_pack(&task);
-      }
+    const int64_t ahead = order.dynamic_claim ? INT64_MAX : cache_n; /* the k of this CTA's tasks decoded */
+    const int64_t decoded_n = order.dynamic_claim ? list_n : s->tasks;
+    for (int64_t k = tid; k < ahead; k += MM_GEMM_THREADS) {
+      const int64_t t = blockIdx.x + k * gridDim.x;
+      if (t >= decoded_n) break;
+      mm_fused_task task;
+      mm_fused_task_at(s, t, &task);
+      (order.dynamic_claim ? list[t] : cache[k]) = mm_fused_task_pack(&task);
     }
     if (tid == 0) mm_tl_stamp(L, MM_TL_TASKS_DECODED);
     int32_t* counters = mm_ws<int32_t>(L, MM_WS_BLOCK_COUNTERS);
@@ -741,7 +736,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       ctl.l1_done = l1_done;
       ctl.l2_done = counters + mm_fused_counter_index(L.virtual_blocks, fwd, MM_FUSED_L2_DONE, 0);
       ctl.claim = order.dynamic_claim ? mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) : nullptr;
-      ctl.decoded = mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) + 1;
+      ctl.decoded = list_written;
       ctl.list = list;
       ctl.list_n = list_n;
       ctl.cache = order.dynamic_claim ? nullptr : cache;
@@ -749,7 +744,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     }
     /* With the dynamic claim, also this CTA's share of the list to the grid
      * (every thread's stores, then thread 0's release). */
-    if (order.dynamic_claim) mm_cta_publish_add<false, false>(mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS) + 1, 1);
+    if (order.dynamic_claim) mm_cta_publish_add<false, false>(list_written, 1);
     else __syncthreads();
     if (tid == 0) mm_tl_stamp(L, MM_TL_ROLES);
   }
