@@ -80,11 +80,22 @@ typedef struct mm_fused_order {
 } mm_fused_order;
 
 /* The stream is a sequence of phases; phase j holds the L1 tasks of its L1
- * units, then the L2 tasks of its L2 units, units in order, inside a unit the
- * m-tiles fastest, then the n-tiles (consecutive CTAs share a weight tile).
+ * units, then the L2 tasks of its L2 units, in unit order by segment: a
+ * segment is the phase's units of one expert inside one aligned run of
+ * MM_FUSED_SEGMENT_UNITS units of that expert, and inside a segment the
+ * m-tiles run fastest, then the n-tiles (consecutive CTAs share a weight
+ * tile, and the expert's weights are read once per segment, not once per
+ * unit).
  *   lag order:   L1 of unit u in phase u / group, L2 of unit u in phase
  *                (u + lag) / group;
  *   single wave: every L1 in phase 0, every L2 in phase 1. */
+/* Units of one expert whose tiles share a segment: 2 (2048 rows: the
+ * engine's m-group, MM_GEMM_GROUP_ROWS). Per unit, the fused kernel read a
+ * 2-unit expert's weights twice at 8192 tokens per rank (ncu: 2.17-2.25 GB
+ * from DRAM against the split kernels' 1.80; docs/PERF.md, fourteenth
+ * session); a longer run would need its rows (8 MB of L1 input) to stay in
+ * the L2 cache while every n-tile passes over them. */
+#define MM_FUSED_SEGMENT_UNITS 2
 MM_HOST_DEVICE int64_t mm_fused_l1_phase(const mm_fused_order* o, int64_t unit) {
   return o->single_wave ? 0 : unit / o->group;
 }
@@ -234,13 +245,16 @@ MM_HOST_DEVICE int64_t mm_fused_stream_build(mm_fused_stream* s) {
   return mm_fused_stream_finish(s);
 }
 
-/* Tasks of GEMM `gemm` before unit u (u <= units): every unit of an expert
- * but its last is full, so this is n-tiles x the m-tiles before u. */
-MM_HOST_DEVICE int64_t mm_fused_tasks_before(const mm_fused_stream* s, int gemm, int64_t u) {
-  if (u >= s->units) return (int64_t)s->m_start[gemm][s->experts] * s->tiles_n[gemm];
+/* M-tiles of GEMM `gemm` before unit u (u <= units): every unit of an
+ * expert but its last is full. The GEMM's tasks before unit u are these
+ * times its n-tiles, in any order of the segments. */
+MM_HOST_DEVICE int64_t mm_fused_m_before(const mm_fused_stream* s, int gemm, int64_t u) {
+  if (u >= s->units) return s->m_start[gemm][s->experts];
   const int32_t e = mm_fused_find(s->unit_start, s->experts, u);
-  const int64_t m = s->m_start[gemm][e] + (u - s->unit_start[e]) * (MM_FUSED_UNIT_ROWS / s->bm[gemm]);
-  return m * s->tiles_n[gemm];
+  return s->m_start[gemm][e] + (u - s->unit_start[e]) * (MM_FUSED_UNIT_ROWS / s->bm[gemm]);
+}
+MM_HOST_DEVICE int64_t mm_fused_tasks_before(const mm_fused_stream* s, int gemm, int64_t u) {
+  return mm_fused_m_before(s, gemm, u) * s->tiles_n[gemm];
 }
 
 /* Stream position of phase j's first task (j <= phases: the task count). */
@@ -251,21 +265,29 @@ MM_HOST_DEVICE int64_t mm_fused_phase_start(const mm_fused_stream* s, int64_t j)
   return mm_fused_tasks_before(s, 0, lo1) + mm_fused_tasks_before(s, 1, lo2);
 }
 
-/* Task i of GEMM `gemm` in unit order (i < its task count). */
-MM_HOST_DEVICE void mm_fused_gemm_task(const mm_fused_stream* s, int gemm, int64_t i, mm_fused_task* t) {
-  const int32_t bm = s->bm[gemm], per_unit = MM_FUSED_UNIT_ROWS / bm;
-  const int64_t m_global = i / s->tiles_n[gemm]; /* in [m-tiles before the unit, m-tiles through it) */
-  const int32_t e = mm_fused_find(s->m_start[gemm], s->experts, m_global);
-  const int64_t q = (m_global - s->m_start[gemm][e]) / per_unit; /* unit within the expert */
-  const int64_t first_m = s->m_start[gemm][e] + q * per_unit;
-  const int64_t unit_rows = s->rows[e] - q * MM_FUSED_UNIT_ROWS;
-  const int64_t mt = mm_fused_ceil_div(unit_rows < MM_FUSED_UNIT_ROWS ? unit_rows : MM_FUSED_UNIT_ROWS, bm);
-  const int64_t local = i - first_m * s->tiles_n[gemm];
+/* Task i of GEMM `gemm` (i < its task count) whose phase part holds the
+ * m-tiles [m_lo, m_hi) (global m-tile numbers; tasks [m_lo, m_hi) x n-tiles
+ * of the GEMM). Its segment: the part of the expert's aligned run of
+ * MM_FUSED_SEGMENT_UNITS units inside [m_lo, m_hi). The segments partition
+ * the part in m order, n-tiles x m-tiles each, so the m-tile i / n-tiles
+ * lies in the task's segment (not necessarily the task's own m-tile). */
+MM_HOST_DEVICE void mm_fused_gemm_task(const mm_fused_stream* s, int gemm, int64_t i, int64_t m_lo, int64_t m_hi,
+                                       mm_fused_task* t) {
+  const int32_t bm = s->bm[gemm], tn = s->tiles_n[gemm];
+  const int64_t seg_m = (int64_t)(MM_FUSED_UNIT_ROWS / bm) * MM_FUSED_SEGMENT_UNITS; /* m-tiles of a full run */
+  const int64_t m_in = i / tn;
+  const int32_t e = mm_fused_find(s->m_start[gemm], s->experts, m_in);
+  const int64_t e0 = s->m_start[gemm][e], e1 = s->m_start[gemm][e + 1];
+  const int64_t run0 = e0 + (m_in - e0) / seg_m * seg_m; /* the run's first m-tile */
+  const int64_t seg0 = run0 > m_lo ? run0 : m_lo;
+  int64_t seg1 = run0 + seg_m < e1 ? run0 + seg_m : e1;
+  if (seg1 > m_hi) seg1 = m_hi;
+  const int64_t mt = seg1 - seg0, local = i - seg0 * tn;
   t->gemm = gemm;
   t->expert = e;
-  t->unit = s->unit_start[e] + q;
   t->n = (int32_t)(local / mt);
-  t->m = (int32_t)(q * per_unit + local % mt);
+  t->m = (int32_t)(seg0 - e0 + local % mt);
+  t->unit = s->unit_start[e] + t->m / (MM_FUSED_UNIT_ROWS / bm);
   t->row0 = t->m * bm;
   t->rows = s->rows[e] - t->row0 < bm ? s->rows[e] - t->row0 : bm;
   t->block0 = s->block_start[e] + t->row0 / MM_FUSED_BLOCK_ROWS;
@@ -276,9 +298,9 @@ MM_HOST_DEVICE void mm_fused_gemm_task(const mm_fused_stream* s, int gemm, int64
  * may keep a cursor instead; it must give the same tasks. */
 MM_HOST_DEVICE void mm_fused_task_at(const mm_fused_stream* s, int64_t t, mm_fused_task* task) {
   if (s->order.single_wave) { /* every L1 task (phase 0), then every L2 task (phase 1): no search */
-    const int64_t l1_tasks = (int64_t)s->m_start[0][s->experts] * s->tiles_n[0];
-    if (t < l1_tasks) mm_fused_gemm_task(s, 0, t, task);
-    else mm_fused_gemm_task(s, 1, t - l1_tasks, task);
+    const int64_t m1 = s->m_start[0][s->experts], l1_tasks = m1 * s->tiles_n[0];
+    if (t < l1_tasks) mm_fused_gemm_task(s, 0, t, 0, m1, task);
+    else mm_fused_gemm_task(s, 1, t - l1_tasks, 0, s->m_start[1][s->experts], task);
     return;
   }
   int64_t lo = 0, hi = s->phases - 1; /* the last phase whose start <= t (it holds t) */
@@ -291,10 +313,14 @@ MM_HOST_DEVICE void mm_fused_task_at(const mm_fused_stream* s, int64_t t, mm_fus
   mm_fused_phase_units(&s->order, 0, lo, s->units, &lo1, &hi1);
   mm_fused_phase_units(&s->order, 1, lo, s->units, &lo2, &hi2);
   const int64_t off = t - mm_fused_phase_start(s, lo);
-  const int64_t first1 = mm_fused_tasks_before(s, 0, lo1);
-  const int64_t count1 = mm_fused_tasks_before(s, 0, hi1) - first1;
-  if (off < count1) mm_fused_gemm_task(s, 0, first1 + off, task);
-  else mm_fused_gemm_task(s, 1, mm_fused_tasks_before(s, 1, lo2) + off - count1, task);
+  const int64_t m1_lo = mm_fused_m_before(s, 0, lo1), m1_hi = mm_fused_m_before(s, 0, hi1);
+  const int64_t count1 = (m1_hi - m1_lo) * s->tiles_n[0];
+  if (off < count1) {
+    mm_fused_gemm_task(s, 0, m1_lo * s->tiles_n[0] + off, m1_lo, m1_hi, task);
+  } else {
+    const int64_t m2_lo = mm_fused_m_before(s, 1, lo2);
+    mm_fused_gemm_task(s, 1, m2_lo * s->tiles_n[1] + off - count1, m2_lo, mm_fused_m_before(s, 1, hi2), task);
+  }
 }
 
 /* A task in 8 bytes, for a CTA's list of its own tasks decoded ahead

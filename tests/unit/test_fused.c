@@ -47,12 +47,16 @@ static void stream_free(test_stream* t) { free(t->mem); }
 
 /* The order as docs/FUSED.md section 2 states it, written apart from
  * src/fused.h: phases; in each, the L1 tasks of its units, then the L2
- * tasks of its units; units in order; inside a unit, for each n-tile the
- * unit's m-tiles. Fills out[] (capacity cap) and returns the task count. */
+ * tasks of its units; units in order, gathered in segments (the phase's
+ * units of one expert whose index in the expert divided by
+ * MM_FUSED_SEGMENT_UNITS is the same); inside a segment, for each n-tile the
+ * segment's m-tiles. Fills out[] (capacity cap) and returns the task count. */
 static int64_t model_phase(const mm_fused_order* o, int gemm, int64_t u) {
   if (o->single_wave) return gemm;
   return gemm == 0 ? u / o->group : (u + o->lag) / o->group;
 }
+
+_Static_assert(MM_FUSED_SEGMENT_UNITS * (MM_FUSED_UNIT_ROWS / 64) <= 64, "the model's segment buffer (ms[])");
 
 static int64_t model_enumerate(const mm_fused_stream* s, mm_fused_task* out, int64_t cap) {
   int64_t units = 0, last_phase = -1;
@@ -61,28 +65,34 @@ static int64_t model_enumerate(const mm_fused_stream* s, mm_fused_task* out, int
   int64_t n = 0;
   for (int64_t j = 0; j <= last_phase; ++j)
     for (int gemm = 0; gemm < 2; ++gemm) {
-      int64_t u = 0, block = 0;
+      int64_t u0 = 0, block = 0; /* the expert's first unit and block */
       for (int32_t e = 0; e < s->experts; ++e) {
-        for (int32_t q = 0; (int64_t)q * MM_FUSED_UNIT_ROWS < s->rows[e]; ++q, ++u) {
-          if (model_phase(&s->order, gemm, u) != j) continue;
-          const int32_t unit_rows = s->rows[e] - q * MM_FUSED_UNIT_ROWS < MM_FUSED_UNIT_ROWS
-                                        ? s->rows[e] - q * MM_FUSED_UNIT_ROWS
-                                        : MM_FUSED_UNIT_ROWS;
-          const int32_t bm = s->bm[gemm], mt = (unit_rows + bm - 1) / bm;
+        const int32_t eu = (s->rows[e] + MM_FUSED_UNIT_ROWS - 1) / MM_FUSED_UNIT_ROWS;
+        const int32_t bm = s->bm[gemm];
+        for (int32_t run = 0; run * MM_FUSED_SEGMENT_UNITS < eu; ++run) {
+          /* The segment: the run's units in phase j, their m-tiles in order. */
+          int32_t ms[64], nm = 0;
+          for (int32_t q = run * MM_FUSED_SEGMENT_UNITS; q < eu && q < (run + 1) * MM_FUSED_SEGMENT_UNITS; ++q) {
+            if (model_phase(&s->order, gemm, u0 + q) != j) continue;
+            for (int32_t m = q * (MM_FUSED_UNIT_ROWS / bm); m * bm < s->rows[e] && m < (q + 1) * (MM_FUSED_UNIT_ROWS / bm);
+                 ++m)
+              ms[nm++] = m;
+          }
           for (int32_t nt = 0; nt < s->tiles_n[gemm]; ++nt)
-            for (int32_t i = 0; i < mt; ++i, ++n) {
+            for (int32_t i = 0; i < nm; ++i, ++n) {
               if (n >= cap) continue;
               mm_fused_task* t = &out[n];
               t->gemm = gemm;
               t->expert = e;
-              t->unit = u;
-              t->m = q * (MM_FUSED_UNIT_ROWS / bm) + i;
+              t->m = ms[i];
+              t->unit = u0 + t->m / (MM_FUSED_UNIT_ROWS / bm);
               t->n = nt;
               t->row0 = t->m * bm;
               t->rows = s->rows[e] - t->row0 < bm ? s->rows[e] - t->row0 : bm;
               t->block0 = block + t->row0 / MM_FUSED_BLOCK_ROWS;
             }
         }
+        u0 += eu;
         block += (s->rows[e] + MM_FUSED_BLOCK_ROWS - 1) / MM_FUSED_BLOCK_ROWS;
       }
     }
