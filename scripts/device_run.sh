@@ -12,6 +12,9 @@
 #   gemm:ARGS    megamoe bench-gemm with ARGS
 #   env:V=X      export V=X for the following steps
 #   ncu:TILE[:N,K[:M]]  ncu --set full of one bench-gemm launch of TILE (report in $OUT/ncu_TILE.txt)
+#   ncu-src:ARM[:TOKENS]  ncu's source counters of the arm's kernels in one forward of megamoe bench
+#                (split or fused, TOKENS per rank, 8192 by default): per-kernel summary of the warp
+#                samples per instruction (scripts/ncu_source_summary.py) in $OUT/ncu_src_ARM.txt
 #   sanitize[:TOOLS[:TARGETS]]  scripts/sanitize.sh (its own timeout per run, SANITIZE_TIMEOUT):
 #                the summary in $OUT/sanitize.txt, every log in $OUT/sanitize_logs.tgz
 #   soak         megamoe soak (defaults: 1000 calls per arm on all visible GPUs)
@@ -55,6 +58,19 @@ for step in "$@"; do
         ./build/megamoe bench-gemm --nk "${nk:-4096,4096}" --m "${m:-65536}" --iters 20 --no-check --tile "$tile" \
         > "$OUT/ncu_$tile.txt" 2>&1 || rc=1
       grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Shared Memory|Issue Slots Busy|No Eligible|Eligible Warps|Registers Per|Achieved Occupancy|tensor|Stall" "$OUT/ncu_$tile.txt" | head -40 ;;
+    ncu-src:*) # the layer's persistent kernels: fused is one launch per forward, split two
+      IFS=: read -r _ arm tokens <<< "$step"
+      case "$arm" in
+        fused) kfilter=(-k regex:mm_fused_kernel --launch-skip 3 --launch-count 1) ;;
+        split) kfilter=(-k regex:mm_split --launch-skip 6 --launch-count 2) ;;
+        *) echo "ncu-src: arm split or fused, not '$arm'"; rc=1; continue ;;
+      esac
+      rep="/tmp/ncu_src_$arm"
+      timeout $T ncu --section SourceCounters --section WarpStateStats "${kfilter[@]}" -f -o "$rep" \
+        ./build/megamoe bench --arms "$arm" --tokens "${tokens:-8192}" --rounds 1 --iters 3 > /dev/null 2>&1 || rc=1
+      ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" 2>&1 &&
+        python3 scripts/ncu_source_summary.py "$rep.csv" > "$OUT/ncu_src_$arm.txt" 2>&1 || rc=1
+      head -n 8 "$OUT/ncu_src_$arm.txt" ;;
     *) echo "unknown step $step"; rc=1 ;;
   esac
 done

@@ -235,3 +235,54 @@ def test_bench_without_gpu_exits_4(tmp_path):
     assert out.returncode == 2 and "argument --iters" in out.stderr
     out = _run(sys.executable, "-m", "megamoe.bench", "--help")
     assert out.returncode == 0 and "--c-csv" in out.stdout
+
+
+# ---- scripts/ncu_source_summary.py (the device script's ncu-src step) -------
+
+def _ncu_source_csv(path, kernels):
+    """An ncu --page source --csv file: per kernel its name row, the header,
+    one row per instruction (source, samples, executed, stall_barrier, stall_long_sb)."""
+    header = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)",
+              "Instructions Executed", "stall_barrier", "stall_long_sb", "stall_long_sb (Not Issued)"]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, quoting=csv.QUOTE_ALL)
+        for name, instrs in kernels:
+            w.writerow(["Kernel Name", name])
+            w.writerow(header)
+            for i, (src, samples, executed, barrier, long_sb) in enumerate(instrs):
+                w.writerow([hex(i * 16), src, samples, samples, executed, barrier, long_sb, long_sb])
+
+
+def test_ncu_source_summary_classes_and_kernels(tmp_path):
+    csv_path = tmp_path / "src.csv"
+    _ncu_source_csv(csv_path, [
+        ("kernel_a", [
+            ("      QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR20], RZ, !UPT", 10, 100, 0, 0),
+            ("      WARPGROUP.DEPBAR.LE gsb0, 0x0", 50, 100, 50, 0),
+            ("      SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R31+URZ], R24", 5, 100, 0, 5),
+            ("      VIADD R7, R7, 0x1", 0, 100, 0, 0),
+            ("@!P0  BRA 0x7f8962227710", 25, 100, 0, 25),   # the try_wait's retry: mbarrier wait
+            ("      FFMA R1, R2, R3, R4", 10, 100, 0, 0),
+            ("@P1   BRA 0x7f8962227710", 0, 100, 0, 0),     # 5 after the try_wait: other
+        ]),
+        ("kernel_b", [("      STG.E.128 desc[UR10][R4.64], R8", 7, 3, 0, 7)]),
+    ])
+    script = ROOT / "scripts" / "ncu_source_summary.py"
+    out = subprocess.run([sys.executable, str(script), str(csv_path), "--top", "3"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert text.count("== kernel_") == 2
+    a, b = text.split("== kernel_b")
+    assert "7 instructions, 700 warp instructions executed, 100 samples" in a
+    assert "wgmma wait 50.0%" in a and "wgmma issue 10.0%" in a and "mbarrier wait 30.0%" in a
+    assert "ffma 10.0%" in a and "other 0.0%" in a
+    assert "stalls: barrier 50.0%, long_sb 30.0%" in a
+    assert "global mem 100.0%" in b
+
+
+def test_ncu_source_summary_rejects_a_file_without_kernels(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("no,kernels,here\n")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ncu_source_summary.py"), str(empty)],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "no kernel" in out.stderr
