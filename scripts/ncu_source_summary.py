@@ -12,7 +12,8 @@ Classes (by SASS opcode; a branch at most 3 instructions after an mbarrier try_w
 wait's retry loop):
   wgmma wait     WARPGROUP.DEPBAR / WARPGROUP.ARRIVE   (waiting for the tensor-core chain)
   wgmma issue    QGMMA / HGMMA
-  mbarrier wait  SYNCS.PHASECHK... and the branch that retries it
+  mbarrier wait  SYNCS.PHASECHK (try_wait, test_wait) and the branch that retries it
+                 (SYNCS.ARRIVE / EXCH, the arrivals and inits, are "other")
   ffma           FFMA / FMUL / FADD                      (the promotion, the epilogue's math)
   global mem     LDG / STG / LD / ST / RED / ATOM        (generic global accesses)
   shared mem     LDS / STS / LDSM / STSM
@@ -43,7 +44,7 @@ def classify(src, after_trywait):
         return "wgmma wait"
     if op in ("QGMMA", "HGMMA"):
         return "wgmma issue"
-    if op == "SYNCS" or (op == "BRA" and after_trywait <= 3):
+    if (op == "SYNCS" and "PHASECHK" in src) or (op == "BRA" and after_trywait <= 3):
         return "mbarrier wait"
     if op in ("FFMA", "FMUL", "FADD"):
         return "ffma"

@@ -79,6 +79,14 @@ typedef struct mm_fused_order {
                             gridDim.x. Set per call (mm_fused_claim_for: 1 on the large tile pair) */
 } mm_fused_order;
 
+/* Units of one expert whose tiles share a segment: 2 (2048 rows: the
+ * engine's m-group, MM_GEMM_GROUP_ROWS). Per unit, the fused kernel read a
+ * 2-unit expert's weights twice at 8192 tokens per rank (ncu: 2.17-2.25 GB
+ * from DRAM against the split kernels' 1.80; docs/PERF.md, fourteenth
+ * session); a longer run would need its rows (8 MB of L1 input) to stay in
+ * the L2 cache while every n-tile passes over them. */
+#define MM_FUSED_SEGMENT_UNITS 2
+
 /* The stream is a sequence of phases; phase j holds the L1 tasks of its L1
  * units, then the L2 tasks of its L2 units, in unit order by segment: a
  * segment is the phase's units of one expert inside one aligned run of
@@ -89,13 +97,6 @@ typedef struct mm_fused_order {
  *   lag order:   L1 of unit u in phase u / group, L2 of unit u in phase
  *                (u + lag) / group;
  *   single wave: every L1 in phase 0, every L2 in phase 1. */
-/* Units of one expert whose tiles share a segment: 2 (2048 rows: the
- * engine's m-group, MM_GEMM_GROUP_ROWS). Per unit, the fused kernel read a
- * 2-unit expert's weights twice at 8192 tokens per rank (ncu: 2.17-2.25 GB
- * from DRAM against the split kernels' 1.80; docs/PERF.md, fourteenth
- * session); a longer run would need its rows (8 MB of L1 input) to stay in
- * the L2 cache while every n-tile passes over them. */
-#define MM_FUSED_SEGMENT_UNITS 2
 MM_HOST_DEVICE int64_t mm_fused_l1_phase(const mm_fused_order* o, int64_t unit) {
   return o->single_wave ? 0 : unit / o->group;
 }
