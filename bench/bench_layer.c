@@ -154,8 +154,8 @@ static int print_timeline(const megamoe_layer* layer, const char* arm, int64_t T
       "L2 math end", "pushed", "combined (barrier 1)",
       "reduced", "[sum] wait pulled", "[sum] wait L1 done", "[sum] wait ring slot", "[sum] copy wait pull",
       "[sum] math: next task", "[sum] math: L1 main", "[sum] math: L1 epilogue", "[sum] math: L2 main",
-      "[sum] math: L2 staging", "[sum] math: task vote", "[sum] producer: publish", "[sum] producer: loads",
-      "[sum] math: L1 data waits", "[sum] math: L2 data waits"};
+      "[sum] math: L2 staging", "[sum] math: task vote", "[sum] math: L1 publish", "[sum] math: publish at L2",
+      "[sum] producer: publish", "[sum] producer: loads", "[sum] math: L1 data waits", "[sum] math: L2 data waits"};
   _Static_assert(sizeof names / sizeof names[0] == MM_TL_EVENTS, "a name per timeline event (contract.h)");
   uint64_t* stamps = malloc(sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS);
   uint64_t col[MM_TL_MAX_CTAS];

@@ -95,13 +95,17 @@ enum mm_timeline_event {
   MM_TL_WAIT_L1_DONE,    /* duration: the producer's waits for an L2 tile's L1 outputs (fused) */
   MM_TL_WAIT_SLOT,       /* duration: the pull warps' waits for a free ring slot, summed over warps (fused) */
   MM_TL_WAIT_COPY,       /* duration: the copy warp's waits for its rows' pull (fused) */
-  /* Durations of the math warps' work (fused; thread 0, so its warpgroup's view): */
+  /* Durations of the math warps' work (thread 0, so its warpgroup's view; -DMM_FUSED_MATH_TIMELINE=1
+   * builds: the fused kernel's parts, and the split kernels' epilogues, L1_EPI and L2_EPI): */
   MM_TL_MATH_TASK,       /* waiting for the next task from the ring (the vote after it: MM_TL_MATH_VOTE) */
   MM_TL_MATH_L1,         /* L1 mainloops */
-  MM_TL_MATH_L1_EPI,     /* L1 epilogues (SwiGLU, quantization, stores) and L1_DONE publications */
+  MM_TL_MATH_L1_EPI,     /* L1 epilogues (SwiGLU, quantization, stores) */
   MM_TL_MATH_L2,         /* L2 mainloops */
   MM_TL_MATH_L2_EPI,     /* L2 staging for the copy warps (with the wait for the previous tile's copy) */
   MM_TL_MATH_VOTE,       /* the math threads' vote after each task read (the other warpgroup's previous tile) */
+  MM_TL_MATH_L1_PUB,     /* L1_DONE publications after the next L1 mainloop (the TMA store's completion, the
+                            proxy fence, the barrier, the release) */
+  MM_TL_MATH_L2_PUB,     /* the same before an L2 mainloop (the store issued just before, in the L1 epilogue) */
   MM_TL_PROD_PUBLISH,    /* duration: the producer's waits for a free task-ring entry (fused) */
   MM_TL_PROD_LOADS,      /* duration: the producer's tile loads, mostly waits for free pipeline stages (fused) */
   MM_TL_MATH_L1_DATA,    /* of the L1 mainloops: waiting for stages' data (-DMM_GEMM_WAIT_TIMER=1 builds) */

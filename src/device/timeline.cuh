@@ -9,6 +9,14 @@
 #include "common.cuh"
 #include "contract.h"
 
+/* Diagnostic builds (-DMM_FUSED_MATH_TIMELINE=1): the math warps' thread 0
+ * sums the time of its parts: the fused kernel's mainloops, epilogues and
+ * waits (MM_TL_MATH_*), the split kernels' epilogues (MM_TL_MATH_L1_EPI,
+ * MM_TL_MATH_L2_EPI; their mainloops are the rest of the math span). */
+#ifndef MM_FUSED_MATH_TIMELINE
+#define MM_FUSED_MATH_TIMELINE 0
+#endif
+
 MM_DEVICE uint64_t* mm_tl_slot(const mm_layer_view& L, int event) {
   return L.timeline && blockIdx.x < MM_TL_MAX_CTAS ? L.timeline + (size_t)blockIdx.x * MM_TL_EVENTS + event : nullptr;
 }

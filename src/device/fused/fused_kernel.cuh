@@ -72,9 +72,6 @@
 static_assert(MM_FUSED_COPY_WARPS >= 1 && MM_FUSED_PULL_WARPS >= 1, "the producer warpgroup holds both roles");
 /* Warps that read each task of the ring (the math warps and the copy warps). */
 #define MM_FUSED_TASK_READERS (8 + MM_FUSED_COPY_WARPS)
-#ifndef MM_FUSED_MATH_TIMELINE
-#define MM_FUSED_MATH_TIMELINE 0
-#endif
 /* Rows a pull warp copies before one release of PULLED (the seed batches up
  * to 16 too): a release per row is a gpu-scope fence per 4 KB row, and with
  * one pull warp per SM the producers waited ~125 us per CTA for pulled rows
@@ -413,7 +410,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
    * make BUILD=build_tl NVCC="nvcc -DMM_FUSED_MATH_TIMELINE=1" build_tl/megamoe,
    * then MEGAMOE_TIMELINE=1 build_tl/megamoe bench --arms fused. */
   const bool timed = MM_FUSED_MATH_TIMELINE && L.timeline != nullptr && threadIdx.x == 0;
-  uint64_t spent[MM_TL_MATH_VOTE - MM_TL_MATH_TASK + 1] = {};
+  uint64_t spent[MM_TL_MATH_L2_PUB - MM_TL_MATH_TASK + 1] = {};
   uint64_t t_mark = timed ? mm_globaltimer_ns() : 0;
   /* With -DMM_GEMM_WAIT_TIMER=1 also the mainloops' waits for data (the
    * engine's per-thread wait time, gemm_mainloop.cuh). */
@@ -455,6 +452,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       if (!mm_gemm_math_vote_ok(sm1, mine)) return;
       lap(MM_TL_MATH_L1);
       mm_fused_publish_l1(L, l1_done, pend);
+      lap(MM_TL_MATH_L1_PUB);
       if (mm_gemm_swiglu_staged<T1>(p1, ti, tm_out1) && l2_tiles > 0) {
         /* A give-up (the abort word is set) must not overwrite what the
          * copy warps may still be reading: all math threads leave. */
@@ -468,6 +466,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       lap(MM_TL_MATH_L1_EPI);
     } else {
       mm_fused_publish_l1(L, l1_done, pend);
+      lap(MM_TL_MATH_L2_PUB);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
       float acc[T2::kWaves][64];
       const bool mine = mm_gemm_consume_tile<T2, true>(sm2, pipe, p2, ti, wg, acc);
@@ -482,7 +481,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
   }
   mm_fused_publish_l1(L, l1_done, pend);
   if (timed)
-    for (int e = MM_TL_MATH_TASK; e <= MM_TL_MATH_VOTE; ++e) mm_tl_add(L, e, spent[e - MM_TL_MATH_TASK]);
+    for (int e = MM_TL_MATH_TASK; e <= MM_TL_MATH_L2_PUB; ++e) mm_tl_add(L, e, spent[e - MM_TL_MATH_TASK]);
 #if MM_GEMM_WAIT_TIMER
   if (timed) {
     mm_tl_add(L, MM_TL_MATH_L1_DATA, data_wait[0]);
@@ -662,7 +661,6 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
    * virtual: in the single-wave order it must fit the ring (the bound
    * verdict in front makes this the last line against a bug), in the lag
    * order the counters of one bank (the worst case at T_max). */
-  if (tid == 0) mm_tl_zero_durations(L); /* this CTA's; its roles add after the routing's grid barriers */
   /* The task counter and the task list's count of CTAs, zeroed before the
    * routing's first grid barrier; the CTAs count and the producers claim
    * only after the last one. */

@@ -94,7 +94,12 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
   /* A: start (one thread, before anything reads the record: the others read
    * it only after the first grid barrier), validation, counts, counters. */
   if (blockIdx.x == 0 && threadIdx.x == 0) mm_forward_start(st, F.injected_error);
-  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_K1_START);
+  if (threadIdx.x == 0) {
+    mm_tl_stamp(L, MM_TL_K1_START);
+    /* This CTA's durations back to 0: its roles (and the split arm's kernel
+     * 2, launched after this kernel) add only after the grid barriers below. */
+    mm_tl_zero_durations(L);
+  }
   const int64_t slots = (int64_t)F.num_tokens * L.top_k;
   for (int64_t i = (int64_t)blockIdx.x * nthreads + threadIdx.x; i < slots; i += (int64_t)gridDim.x * nthreads)
     mm_route_validate(L, F, i, i + 1);

@@ -112,7 +112,9 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_gemm_math_loop_dynamic<Cfg>(
         sm, sched, p, wg,
         [&](const mm_gemm_tile_info& ti, float (&acc)[Cfg::kWaves][64], bool) {
+          const uint64_t t0 = MM_FUSED_MATH_TIMELINE && tid == 0 ? mm_tl_now(L) : 0;
           mm_gemm_epilogue_swiglu<Cfg>(sm, p, ti, wg, acc, &tm_out);
+          if (MM_FUSED_MATH_TIMELINE && tid == 0) mm_tl_add(L, MM_TL_MATH_L1_EPI, mm_tl_now(L) - t0);
         },
         []() {});
     /* The tiles' TMA stores (full tiles of a kernel with the SwiGLU staging
@@ -160,7 +162,9 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_gemm_math_loop_dynamic<Cfg>(
         sm, sched, p, wg,
         [&](const mm_gemm_tile_info&, float (&acc)[Cfg::kWaves][64], bool) {
+          const uint64_t t0 = MM_FUSED_MATH_TIMELINE && tid == 0 ? mm_tl_now(L) : 0;
           mm_gemm_epilogue_stage_for_copy<Cfg>(sm, p, tile_index++, wg, acc);
+          if (MM_FUSED_MATH_TIMELINE && tid == 0) mm_tl_add(L, MM_TL_MATH_L2_EPI, mm_tl_now(L) - t0);
         },
         []() {});
     if (tid == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
