@@ -32,7 +32,11 @@ extern "C" {
 /* The starting rule of issue 11 (the seed's): lag = clamp(round(0.45 units),
  * 8, 64) units, groups of 4 units; the ring holds 8 (lag + group) + 4 blocks.
  * The lag ladder (docs/FUSED.md section 9) may change the constants, never
- * the ring formula's shape: the proof of section 4 needs ring >= 8 (lag + group). */
+ * the ring formula's shape: the proof of section 4 needs ring >= 8 (lag + group).
+ * The minimum lag is load-bearing too: with claimed tasks and the deferred
+ * L1_DONE publication, the CPU model (tests/unit/test_fused.c,
+ * fused.ring_simulation) finds runs that never finish at lag 0 and 1, none
+ * from 2 up; 8 keeps a margin. */
 #define MM_FUSED_GROUP 4
 #define MM_FUSED_LAG_MIN 8
 #define MM_FUSED_LAG_MAX 64

