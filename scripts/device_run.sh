@@ -19,13 +19,20 @@
 #                the summary in $OUT/sanitize.txt, every log in $OUT/sanitize_logs.tgz
 #   soak         megamoe soak (defaults: 1000 calls per arm on all visible GPUs)
 #   soak:ARGS    megamoe soak with ARGS ('+' for spaces)
+# NVCC_DEFS="-DNAME=V ..." builds the kernels with those macros (e.g. -DMM_EARLY_COMBINE=1,
+# -DMM_FUSED_MATH_TIMELINE=1), into build/ as usual.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-/tmp/megamoe-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 { nvidia-smi; nvidia-smi topo -m; nvcc --version; } > "$OUT/machine.txt" 2>&1
-if ! make -j"$(nproc)" all PTXAS_VERBOSE=1 > "$OUT/build.log" 2>&1; then
+nvcc_override=()
+if [ -n "${NVCC_DEFS:-}" ]; then nvcc_override=(NVCC="nvcc $NVCC_DEFS"); fi
+# make does not track the macros: a build/ made with other ones is rebuilt from scratch.
+if [ "$(cat build/.nvcc_defs 2> /dev/null)" != "${NVCC_DEFS:-}" ]; then rm -rf build; fi
+mkdir -p build && printf '%s' "${NVCC_DEFS:-}" > build/.nvcc_defs
+if ! make -j"$(nproc)" all PTXAS_VERBOSE=1 ${nvcc_override[@]+"${nvcc_override[@]}"} > "$OUT/build.log" 2>&1; then
   grep -E "error" "$OUT/build.log" | head -40
   echo "BUILD FAILED"
   exit 1

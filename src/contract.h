@@ -16,6 +16,12 @@ extern "C" {
 /* Scale block of the inputs x and of the weights (DESIGN.md section 1). */
 #define MM_SCALE_BLOCK 128
 
+/* The combine's reduction works in units of (token, this many columns): one
+ * round trip to memory per warp (route.cuh, mm_reduce_tokens), and one
+ * arrival counter per unit (MM_SYM_COMBINE_ARRIVED). A multiple of every L2
+ * tile's BN, so a tile's row adds to exactly one unit. */
+#define MM_COMBINE_UNIT_COLS 512
+
 /* Ranks of one NVLink node (megamoe.h's MEGAMOE_MAX_RANKS, repeated here so
  * this header needs no CUDA or NCCL header). */
 #define MM_MAX_RANKS 8
@@ -35,6 +41,9 @@ typedef enum mm_region_id {
   MM_SYM_COMBINE,        /* [T_max * K][H] bf16: expert outputs pushed back to this source rank, row t * K + k */
   MM_SYM_CALL_TOKENS,    /* fused arm: [R] mm_call_tokens, slot s written by source rank s before barrier 0:
                           * every rank checks every rank's num_tokens_bound against every count */
+  MM_SYM_COMBINE_ARRIVED, /* split and fused arms: [T_max][ceil(H / MM_COMBINE_UNIT_COLS)] i32 columns of
+                          * combine rows landed per (token, unit), added by the expert ranks' copy warps
+                          * after their stores (the early combine, route_phases.cuh) */
   /* workspace */
   MM_WS_STATUS,          /* mm_device_status */
   MM_WS_EPOCH,           /* u64 number of the forward in progress (1 for the first), counted on
@@ -88,8 +97,8 @@ enum mm_timeline_event {
   MM_TL_L1_MATH_END,     /* the math warpgroups finished their last L1 tile */
   MM_TL_K2_START,        /* kernel 2 entered (fused: the producer's first L2 tile, its L1 rows ready) */
   MM_TL_L2_MATH_END,     /* the math warpgroups finished their last L2 tile (scatter issued) */
-  MM_TL_PUSHED,          /* grid barrier after every CTA's combine stores */
-  MM_TL_COMBINED,        /* grid barrier after all-rank barrier 1 */
+  MM_TL_PUSHED,          /* grid barrier after every CTA's combine stores (early combine: this CTA's arrival) */
+  MM_TL_COMBINED,        /* grid barrier after all-rank barrier 1 (early combine: barrier 1 passed, one CTA) */
   MM_TL_REDUCED,         /* the CTA's reductions written */
   MM_TL_WAIT_PULLED,     /* duration: the producer's waits for an L1 tile's pulled rows (fused) */
   MM_TL_WAIT_L1_DONE,    /* duration: the producer's waits for an L2 tile's L1 outputs (fused) */
@@ -159,6 +168,11 @@ typedef struct mm_forward_view {
   int32_t num_tokens;
   uint16_t* y;
   int32_t injected_error; /* a megamoe_status, 0 = none */
+  /* The persistent arms: reduce each (token, unit) as soon as its rows have
+   * landed, into the combine buffer, and copy to y after barrier 1
+   * (route_phases.cuh, mm_persistent_combine_tail); 0: reduce into y after
+   * barrier 1. Chosen per call by the host (mm_plan_early_combine). */
+  int32_t early_combine;
   /* The caller's tokens, copied into this rank's staging region by routing
    * phase A of the persistent arms (before barrier 0, which publishes them
    * to the peers), or NULL: already there (the caller wrote them there, or
@@ -311,6 +325,7 @@ enum mm_wait_site {
   MM_SITE_TOKEN_BOUND = 10,     /* fused arm: a rank's num_tokens_bound below a count, or bounds that differ */
   MM_SITE_RING = 11,            /* fused arm: the blocks of a single-wave forward do not fit the ring */
   MM_SITE_RING_SLOT = 12,       /* fused arm: a pull waiting for its ring slot's previous L2 readers */
+  MM_SITE_COMBINE_ARRIVED = 13, /* the early combine: a (token, unit) waiting for its rows (arrival counter) */
   MM_SITE_COUNT
 };
 
@@ -369,6 +384,13 @@ typedef struct mm_swiglu_epilogue {
 typedef struct mm_gemm_scatter {
   uint8_t* dst_base[MM_MAX_RANKS];
   const mm_pool_row* rows; /* [rows_cap] */
+  /* Optional (the copy warps' path, mm_gemm_copy_tile): every rank's
+   * MM_SYM_COMBINE_ARRIVED counters, or NULL. After a tile's rows are
+   * stored, each stored row adds its column count to
+   * arrived_base[src_rank][(token_slot / top_k) * units + n0 / MM_COMBINE_UNIT_COLS]
+   * (units = ceil(n / MM_COMBINE_UNIT_COLS)) with system-scope release order. */
+  int32_t* arrived_base[MM_MAX_RANKS];
+  int32_t top_k;
 } mm_gemm_scatter;
 
 /* A rows that arrive while the GEMM runs (the split and fused arms): before

@@ -12,6 +12,15 @@
 
 #define MM_DEVICE __device__ __forceinline__
 
+/* The persistent arms' early combine (route_phases.cuh): built in with
+ * -DMM_EARLY_COMBINE=1 (make NVCC="nvcc -DMM_EARLY_COMBINE=1"). Off by
+ * default until it has run on a GPU: it was written in a session with no
+ * device lent, and the default build's kernels keep their tested code
+ * (docs/PERF.md, sixteenth session). */
+#ifndef MM_EARLY_COMBINE
+#define MM_EARLY_COMBINE 0
+#endif
+
 /* A compile-time bool passed to a generic lambda (its decltype's value):
  * one lambda body, two instantiations (the mainloop's last K block). */
 template <bool V>

@@ -20,6 +20,7 @@ const char* mm_site_name(int site) {
     case MM_SITE_TOKEN_BOUND: return "the fused arm's num_tokens_bound check";
     case MM_SITE_RING: return "the fused arm's ring layout";
     case MM_SITE_RING_SLOT: return "a pull waiting for its ring slot (the slot's previous block's L2 tiles)";
+    case MM_SITE_COMBINE_ARRIVED: return "the early combine waiting for a token's expert rows";
   }
   return "an unnamed site";
 }

@@ -45,6 +45,7 @@ struct megamoe_layer {
   char reject_message[512];
   mm_gemm_engine engine;
   mm_plan plan;          /* GEMM problems and plans, made when the weights are set */
+  int early_combine_mode; /* MEGAMOE_EARLY_COMBINE (0 never, 1 auto, 2 always; plan.h), read at create */
   uint64_t* timeline;    /* the persistent arms' diagnostic timeline (MEGAMOE_TIMELINE=1), or NULL */
   mm_layer_view view;
 };
@@ -287,6 +288,7 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
   l->num_ranks = num_ranks;
   l->comm = comm;
   l->engine = engine_from_env();
+  l->early_combine_mode = mm_env_int("MEGAMOE_EARLY_COMBINE", 0, 2, MM_EARLY_COMBINE_AUTO);
   megamoe_status st = mm_layout_compute(config, num_ranks, &l->layout);
 
   /* Local checks and allocations first, then one agreement, then the
@@ -592,6 +594,7 @@ megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
   f.topk_w = a->topk_w;
   f.num_tokens = (int32_t)a->num_tokens;
   f.y = (uint16_t*)a->y;
+  f.early_combine = mm_plan_early_combine(&l->config, l->early_combine_mode, a->num_tokens, l->view.num_sms);
   const mm_regime regime = mm_plan_regime(&l->config, l->num_ranks, a->num_tokens, a->num_tokens_bound);
   megamoe_status run = run_arm(l, &f, regime, a->num_tokens_bound, stream);
   if (run != MEGAMOE_OK && l->reject_message[0] == '\0')

@@ -64,8 +64,12 @@ static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int loc
     l1.ready.per_row = 1;
     l2.out_kind = MM_GEMM_OUT_BF16_SCATTER;
     l2.scatter.rows = (const mm_pool_row*)WS(MM_WS_POOL_ROWS);
+    l2.scatter.top_k = c->top_k;
     if (v)
-      for (int r = 0; r < v->num_ranks; ++r) l2.scatter.dst_base[r] = v->peer_sym[r] + v->offset[MM_SYM_COMBINE];
+      for (int r = 0; r < v->num_ranks; ++r) {
+        l2.scatter.dst_base[r] = v->peer_sym[r] + v->offset[MM_SYM_COMBINE];
+        l2.scatter.arrived_base[r] = (int32_t*)(v->peer_sym[r] + v->offset[MM_SYM_COMBINE_ARRIVED]);
+      }
   } else {
     l1.out_kind = MM_GEMM_OUT_F32;
     l1.d = WS(MM_WS_L1_ACC);
@@ -161,6 +165,13 @@ mm_regime mm_plan_regime(const megamoe_config* c, int num_ranks, int64_t num_tok
   const int64_t rows = (num_ranks * t * (int64_t)c->top_k + c->num_experts - 1) / c->num_experts;
   if (rows <= MM_DECODE_ROWS_PER_EXPERT) return MM_REGIME_DECODE;
   return rows <= MM_MID_ROWS_PER_EXPERT ? MM_REGIME_MID : MM_REGIME_LARGE;
+}
+
+int mm_plan_early_combine(const megamoe_config* c, int mode, int64_t num_tokens, int sms) {
+  if (c->arm == MEGAMOE_ARM_STAGED || mode == 0 || !mm_early_combine_built()) return 0;
+  if (mode == 2) return 1;
+  const int64_t units = num_tokens * ((c->hidden + MM_COMBINE_UNIT_COLS - 1) / MM_COMBINE_UNIT_COLS);
+  return units <= 12 * (int64_t)sms;
 }
 
 megamoe_status mm_arm_gemm_run(const mm_arm_gemm* g, cudaStream_t stream) {

@@ -61,6 +61,19 @@ megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* config, const m
  * T when the bound is 0) under uniform routing. */
 mm_regime mm_plan_regime(const megamoe_config* config, int num_ranks, int64_t num_tokens, int64_t bound);
 
+/* The early combine (route_phases.cuh) for a call of T tokens on this
+ * rank: mode 0 never, 2 always (MEGAMOE_EARLY_COMBINE, for measurements),
+ * 1 (the default) where the reduction's units fit one per warp of the
+ * persistent grid (sms CTAs of 12 warps): there its copy into y is a single
+ * round trip, while the reduction it moves ahead of barrier 1 is at least
+ * one (docs/PERF.md, sixteenth session). Never on the staged arm. */
+#define MM_EARLY_COMBINE_AUTO 1
+int mm_plan_early_combine(const megamoe_config* config, int mode, int64_t num_tokens, int sms);
+
+/* 1 when the kernels were built with the early combine (MM_EARLY_COMBINE,
+ * src/device/common.cuh), else 0: then mm_plan_early_combine says 0. */
+int mm_early_combine_built(void);
+
 /* Launches GEMM g of the arm in regime r. */
 megamoe_status mm_arm_gemm_run(const mm_arm_gemm* g, cudaStream_t stream);
 

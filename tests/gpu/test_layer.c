@@ -31,6 +31,8 @@
 #include "rank_ctx.h"
 #include "ref.h"
 
+int mm_early_combine_built(void); /* src/host/plan.h */
+
 /* Runs a case `calls` times on one layer; every call is checked, and with
  * calls > 1 every output must be bitwise the first. */
 static mm_test_result lt_run(const mm_rank_ctx* ctx, const lc_case* c, int calls) {
@@ -200,7 +202,11 @@ static int lt_bitwise_equal(const uint16_t* want, const uint16_t* got, int64_t n
  * MEGAMOE_ERR_NOT_IMPLEMENTED is skipped and said so (the same on every rank:
  * create checks the arm before any collective step). Every rank makes every
  * create, forward and destroy, whatever happened locally. */
-static mm_test_result lt_run_arms(const mm_rank_ctx* ctx, const lc_case* base) {
+static mm_test_result lt_run_arms_only(const mm_rank_ctx* ctx, const lc_case* base, int only_arm);
+static mm_test_result lt_run_arms(const mm_rank_ctx* ctx, const lc_case* base) { return lt_run_arms_only(ctx, base, -1); }
+
+/* only_arm >= 0: the staged arm (the oracle) and that arm only. */
+static mm_test_result lt_run_arms_only(const mm_rank_ctx* ctx, const lc_case* base, int only_arm) {
   lc_data d;
   lc_device g;
   memset(&g, 0, sizeof g);
@@ -212,6 +218,7 @@ static mm_test_result lt_run_arms(const mm_rank_ctx* ctx, const lc_case* base) {
   if (!staged || !y) bad = 1;
   int have_staged = 0, arms_run = 0;
   for (int arm = 0; arm < MEGAMOE_ARM_COUNT; ++arm) {
+    if (only_arm >= 0 && arm != MEGAMOE_ARM_STAGED && arm != only_arm) continue;
     lc_case c = *base;
     c.cfg.arm = (megamoe_arm)arm;
     const char* name = megamoe_arm_name(c.cfg.arm);
@@ -500,6 +507,68 @@ static mm_test_result t_arms_bitwise(const mm_rank_ctx* ctx) {
       fprintf(stderr, "    arms case %d failed\n", i);
       bad = 1;
     }
+  return bad ? MM_TEST_FAIL : MM_TEST_PASS;
+}
+
+/* The persistent arms' two combine orders (route_phases.cuh): the early
+ * combine (each (token, 512-column) unit reduced as soon as its rows'
+ * arrival counter is full, into the combine buffer, copied to y after
+ * barrier 1) and the late one (reduced into y after barrier 1). Forced with
+ * MEGAMOE_EARLY_COMBINE = 0 / 2 (read at create), each order must give the
+ * staged arm's bits on shapes with a partial unit (H 640: units of 512 and
+ * 128 columns; H 384: one of 384), masked slots, a repeated expert, a rank
+ * with T = 0, group 64 and int64 top-k; and the early order must stay right
+ * over a series of different calls on one layer (the counters are zeroed
+ * per call: stale ones would let a unit read the last call's rows). The
+ * deadline is 10 s, so a missing arrival count fails in seconds. */
+static mm_test_result t_combine_orders(const mm_rank_ctx* ctx) {
+  const megamoe_arm arm = mm_test_arm();
+  if (arm == MEGAMOE_ARM_STAGED) {
+    if (ctx->rank == 0) printf("    the staged arm has one combine order: skipped\n");
+    return MM_TEST_SKIP;
+  }
+  const char* engine = getenv("MEGAMOE_GEMM");
+  if (engine && strcmp(engine, "simple") == 0) return MM_TEST_SKIP; /* t_arms_bitwise says why */
+  if (!mm_early_combine_built()) {
+    if (ctx->rank == 0) printf("    the kernels were built without the early combine (-DMM_EARLY_COMBINE=1): skipped\n");
+    return MM_TEST_SKIP;
+  }
+  lc_case cases[3];
+  cases[0] = lt_make(ctx, 640, 256, EXPERTS(ctx, 4), 4, 200, 61);
+  cases[0].mask_ratio = 0.2;
+  cases[1] = lt_make(ctx, 384, 512, EXPERTS(ctx, 8), 6, 96, 62);
+  cases[1].repeat_expert = 1;
+  cases[1].tokens[ctx->num_ranks - 1] = ctx->num_ranks > 1 ? 0 : 33;
+  cases[2] = lt_make(ctx, 1024, 256, EXPERTS(ctx, 4), 3, 333, 63);
+  cases[2].cfg.quant_group = 64;
+  cases[2].idx64 = 1;
+  cases[2].mask_ratio = 0.05;
+  int bad = 0;
+  static const char* const modes[2] = {"0", "2"};
+  for (int m = 0; m < 2; ++m) {
+    setenv("MEGAMOE_EARLY_COMBINE", modes[m], 1);
+    for (int i = 0; i < 3; ++i) {
+      lc_case c = cases[i];
+      c.cfg.timeout_s = 10.0;
+      if (lt_run_arms_only(ctx, &c, (int)arm) != MM_TEST_PASS) {
+        fprintf(stderr, "    case %d with MEGAMOE_EARLY_COMBINE=%s failed\n", i, modes[m]);
+        bad = 1;
+      }
+    }
+  }
+  /* Three different calls on one layer, the early order forced. */
+  lc_case series[3];
+  const lc_case series_base = lt_make(ctx, 640, 256, EXPERTS(ctx, 4), 4, 150, 64);
+  for (int i = 0; i < 3; ++i) {
+    series[i] = series_base;
+    series[i].weight_seed = series_base.seed;
+    series[i].seed = series_base.seed + 17u * (uint64_t)(i + 1);
+    series[i].cfg.timeout_s = 10.0;
+    series[i].mask_ratio = 0.1 * i;
+  }
+  setenv("MEGAMOE_EARLY_COMBINE", "2", 1);
+  if (lt_run_series(ctx, series, 3, "early combine series") != MM_TEST_PASS) bad = 1;
+  unsetenv("MEGAMOE_EARLY_COMBINE");
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
@@ -955,6 +1024,7 @@ const mm_rank_test mm_layer_tests[] = {
     {"edge: T = 1, 127, 4097 next to T = 0", t_odd_token_counts, 1},
     {"decode: T = 1..256 with its own bound and with T_max, bitwise equal", t_decode_tiles, 1},
     {"arms: bitwise equal to staged", t_arms_bitwise, 1},
+    {"combine: early and late orders bitwise equal to staged", t_combine_orders, 1},
     {"graph: one capture replayed on 3 inputs", t_graph_replay, 1},
     {"programmatic launch: on = off bitwise, back to back and in a graph", t_programmatic_launch, 1},
     {"sanitize small: uniform routing, 2 forwards", t_sanitize_uniform, 1},

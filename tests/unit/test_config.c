@@ -162,7 +162,7 @@ const mm_test unit_suite_config[] = {
 static int region_unused(mm_region_id id, megamoe_arm arm) {
   if (id == MM_WS_L1_ACC || id == MM_WS_L2_OUT) return arm != MEGAMOE_ARM_STAGED; /* staged only */
   if (id == MM_WS_READY) return arm != MEGAMOE_ARM_SPLIT;                  /* split only */
-  if (id == MM_WS_TILE_COUNTERS) return arm == MEGAMOE_ARM_STAGED;         /* the persistent arms */
+  if (id == MM_WS_TILE_COUNTERS || id == MM_SYM_COMBINE_ARRIVED) return arm == MEGAMOE_ARM_STAGED; /* persistent arms */
   if (id == MM_SYM_CALL_TOKENS || id == MM_WS_BLOCK_COUNTERS || id == MM_WS_TASK_LIST)
     return arm != MEGAMOE_ARM_FUSED; /* fused only */
   return 0;
@@ -200,6 +200,10 @@ static mm_test_result check_layout(const megamoe_config* c, int ranks) {
     CHECK_EQ_INT(l.ring.blocks, 0);
   }
 
+  /* One early-combine arrival counter per (token, 512-column unit). */
+  if (c->arm != MEGAMOE_ARM_STAGED)
+    CHECK_EQ_INT(l.regions[MM_SYM_COMBINE_ARRIVED].bytes,
+                 T * ((H + MM_COMBINE_UNIT_COLS - 1) / MM_COMBINE_UNIT_COLS) * 4);
   const uint64_t totals[2] = {l.symmetric_bytes, l.workspace_bytes};
   for (int id = 0; id < MM_REGION_COUNT; ++id) {
     const mm_region* r = &l.regions[id];

@@ -77,4 +77,65 @@ MM_DEVICE bool mm_grid_barrier(mm_grid_barrier_state* gb, const mm_wait_ctx& ctx
   return __syncthreads_and(passed) != 0;
 }
 
+/* The grid barrier in two halves, for a CTA that has work to do between
+ * its arrival and the round's end (the early combine, route_phases.cuh).
+ * The same protocol and ordering as mm_grid_barrier.
+ *
+ * mm_grid_arrive: every thread of the CTA. Returns the round's generation
+ * (thread 0's; the other threads get 0) and sets *last in every thread of
+ * the one CTA whose arrival completed the round: that CTA has acquired
+ * every CTA's arrival (so their earlier writes) and has already moved the
+ * generation. Every other CTA must pass mm_grid_wait_round for the round
+ * before its next arrival (the protocol's "this CTA saw the previous
+ * move"). */
+MM_DEVICE uint32_t mm_grid_arrive(mm_grid_barrier_state* gb, bool* last) {
+  __syncthreads(); /* every thread's earlier writes precede thread 0's arrival */
+  uint32_t gen = 0;
+  int completed = 0;
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    const uint32_t ctas = gridDim.x * gridDim.y * gridDim.z;
+    gen = mm_ld_relaxed_gpu_u32(&gb->generation);
+    const uint32_t before = mm_atom_add_acq_rel_gpu_u32(&gb->arrived, 1u);
+    if (before + 1 == ctas) {
+      mm_st_relaxed_gpu_u32(&gb->arrived, 0u);
+      mm_st_release_gpu_u32(&gb->generation, gen + 1);
+      completed = 1;
+    }
+  }
+  /* bar.red orders memory as bar.sync does: it hands thread 0's acquire to the CTA. */
+  *last = __syncthreads_or(completed) != 0;
+  return gen;
+}
+
+/* The waiting half, every thread of the CTA: thread 0 spins until the
+ * generation moved past `gen` (acquire), with mm_grid_barrier's deadline,
+ * abort flag and timeout record. True when the round completed. */
+MM_DEVICE bool mm_grid_wait_round(mm_grid_barrier_state* gb, uint32_t gen, const mm_wait_ctx& ctx) {
+  int passed = 1; /* thread 0's answer; the other threads vote 1 */
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    const mm_deadline d = mm_deadline_start(ctx.timeout_ns);
+    for (uint32_t spin = 1;; ++spin) {
+      if (mm_ld_relaxed_gpu_u32(&gb->generation) != gen) {
+        (void)mm_ld_acquire_gpu_u32(&gb->generation);
+        break;
+      }
+      if ((spin & 31u) == 0) {
+        if (ctx.abort_flag && *ctx.abort_flag) {
+          passed = 0;
+          break;
+        }
+        if (mm_deadline_passed(d)) {
+          if (ctx.status)
+            mm_record_error_waited(ctx.status, MEGAMOE_ERR_TIMEOUT, MM_SITE_GRID_BARRIER, -1, (int)gen,
+                                   mm_ld_relaxed_gpu_u32(&gb->arrived), gridDim.x * gridDim.y * gridDim.z,
+                                   mm_globaltimer_ns() - d.start_ns);
+          passed = 0;
+          break;
+        }
+      }
+    }
+  }
+  return __syncthreads_and(passed) != 0;
+}
+
 #endif

@@ -73,6 +73,14 @@ MM_DEVICE void mm_red_release_sys_add_s32(int32_t* p, int32_t v) {
   asm volatile("red.release.sys.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+/* With mm_fence_acq_rel_sys before it: a release at system scope (the fence
+ * is cumulative; one fence serves many adds). */
+MM_DEVICE void mm_red_relaxed_sys_add_s32(int32_t* p, int32_t v) {
+  asm volatile("red.relaxed.sys.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+MM_DEVICE void mm_fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+
 MM_DEVICE void mm_st_release_gpu_s32(int32_t* p, int32_t v) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }

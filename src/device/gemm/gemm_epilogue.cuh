@@ -214,6 +214,32 @@ MM_DEVICE void mm_gemm_epilogue_stage_for_copy(const mm_gemm_smem& sm, const mm_
 
 #define MM_GEMM_BAR_COPY 4 /* named barrier of the copy warps */
 
+/* The combine's arrival counts of one copied tile (contract.h,
+ * mm_gemm_scatter.arrived_base): the first copy warp, after the copy's
+ * closing barrier, which ordered every copy thread's row stores before it.
+ * Its system-scope fence makes the relaxed adds that follow releases
+ * cumulative over those stores (comm/wait.cuh), so a source rank that
+ * acquires a counter sees the rows. One fence per tile, not one per row.
+ * The rows counted are exactly the rows stored (mm_gemm_scatter_dst), from
+ * the row table: dst[] in shared memory is the next tile's already. The
+ * closing warp barrier orders the lanes' table reads before whatever lane
+ * 0 releases next (the fused arm's L2_DONE, which frees the ring slot). */
+template <class Cfg>
+MM_DEVICE void mm_gemm_count_arrivals(const mm_gemm_problem& p, const mm_gemm_tile_info& ti, int lane) {
+  static_assert(MM_COMBINE_UNIT_COLS % Cfg::BN == 0, "a tile's row adds to one combine unit");
+  mm_fence_acq_rel_sys();
+  const int units = (p.n + MM_COMBINE_UNIT_COLS - 1) / MM_COMBINE_UNIT_COLS;
+  const int unit = ti.n0 / MM_COMBINE_UNIT_COLS;
+  const int32_t cols = min(Cfg::BN, p.n - ti.n0);
+  for (int r = lane; r < ti.rows; r += 32) {
+    const mm_pool_row d = p.scatter.rows[mm_gemm_out_row<Cfg>(ti, r)];
+    if (d.src_rank < 0 || d.src_rank >= MM_MAX_RANKS || !p.scatter.dst_base[d.src_rank]) continue;
+    int32_t* counters = p.scatter.arrived_base[d.src_rank];
+    if (counters) mm_red_relaxed_sys_add_s32(counters + (int64_t)(d.token_slot / p.scatter.top_k) * units + unit, cols);
+  }
+  __syncwarp();
+}
+
 /* Copy side, one tile (the j-th this CTA stages for its copy threads): the
  * kThreads copy threads (index c_tid; barrier MM_GEMM_BAR_COPY over them).
  * The rows' destinations are looked up into shared memory (the xwg area: BM
@@ -250,6 +276,7 @@ MM_DEVICE bool mm_gemm_copy_tile(const mm_gemm_smem& sm, const mm_gemm_problem& 
   }
   mm_mbar_arrive(sm.copy_empty); /* this thread's reads of the staging area are done (their values are stored) */
   mm_named_barrier_sync_c<MM_GEMM_BAR_COPY, kThreads>(); /* dst[] is read out before the next tile's lookups */
+  if (MM_EARLY_COMBINE && p.scatter.top_k > 0 && c_tid < 32) mm_gemm_count_arrivals<Cfg>(p, ti, c_tid);
   return true;
 }
 

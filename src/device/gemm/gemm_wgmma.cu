@@ -232,6 +232,14 @@ extern "C" megamoe_status mm_gemm_check(const mm_gemm_problem* p) {
       for (int r = 0; r < MM_MAX_RANKS; ++r)
         if (!aligned(p->scatter.dst_base[r], 16))
           return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: scatter.dst_base[%d] must be 16-byte aligned", r);
+      for (int r = 0; r < MM_MAX_RANKS; ++r) {
+        if (!p->scatter.arrived_base[r]) continue;
+        if (!aligned(p->scatter.arrived_base[r], 4))
+          return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: scatter.arrived_base[%d] must be 4-byte aligned", r);
+        if (p->scatter.top_k < 1)
+          return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: scatter.top_k = %d with arrival counters",
+                         p->scatter.top_k);
+      }
       break;
     default:
       return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: out_kind = %d", (int)p->out_kind);
@@ -367,6 +375,13 @@ extern "C" megamoe_status mm_gemm_plan_launch(const mm_gemm_plan* plan, cudaStre
   const tile_desc* t = tile_of(plan->tile);
   if (!t) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm plan: tile %d (not made by mm_gemm_plan_make)", (int)plan->tile);
   const mm_gemm_problem* p = &plan->problem;
+  /* The engine's own kernel scatters from the math warps and counts no
+   * arrivals: only the copy warps of the persistent arms do. */
+  if (p->out_kind == MM_GEMM_OUT_BF16_SCATTER)
+    for (int r = 0; r < MM_MAX_RANKS; ++r)
+      if (p->scatter.arrived_base[r])
+        return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
+                       "gemm plan: scatter.arrived_base[%d] is set, but the engine's kernel counts no arrivals", r);
   /* The kernel of the plan (the layout travels with the plan). */
   const mm_gemm_kernel_ref k = t->lookup(p->a_sf_block, p->out_kind, p->num_experts, MM_GEMM_MAX_STAGES);
   if (!k.fn) return mm_fail(MEGAMOE_ERR_INTERNAL, "gemm plan: no kernel for tile %s", t->name);

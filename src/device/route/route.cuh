@@ -322,62 +322,142 @@ MM_DEVICE const uint16_t* mm_combine_row(const mm_layer_view& L, int64_t token_s
   return mm_sym<uint16_t>(L, L.rank, MM_SYM_COMBINE) + token_slot * L.hidden;
 }
 
-/* y[t] = bf16(sum over unmasked k, in order k = 0..K-1, of fp32(combine[t][k])).
- * The work is cut into units of (token, 512 columns): each lane sums 8
- * columns (16 bytes) at two 256-column steps, so 2K loads per lane are in
- * flight and one unit is one round trip to memory. Units go to the grid's
- * warps CTA-fastest (unit u to warp u mod (grid x warps), CTA u mod grid), so
- * a handful of tokens (decode) spreads over every SM instead of queueing
- * ~H/512 dependent round trips on one warp (17 us at 64 tokens, docs/PERF.md
- * eleventh session). Per element the sum and its order are unchanged.
+/* The combine's reduction: y[t] = bf16(sum over unmasked k, in order
+ * k = 0..K-1, of fp32(combine[t][k])). The work is cut into units of
+ * (token, MM_COMBINE_UNIT_COLS columns): each lane sums 8 columns (16
+ * bytes) at two 256-column steps, so 2K loads per lane are in flight and one
+ * unit is one round trip to memory. Units go to the grid's warps CTA-fastest
+ * (unit u to warp u mod (grid x warps), CTA u mod grid), so a handful of
+ * tokens (decode) spreads over every SM instead of queueing ~H/512 dependent
+ * round trips on one warp (17 us at 64 tokens, docs/PERF.md eleventh
+ * session). Per element the sum and its order are the same in every path
+ * below, so every arm's y is bitwise the staged arm's.
  * `warp`, `warps`: the calling warp's index among the CTA's participating
  * warps. */
-MM_DEVICE void mm_reduce_tokens(const mm_layer_view& L, const mm_forward_view& F, int warp, int warps) {
+#define MM_REDUCE_STEPS 2
+static_assert(MM_COMBINE_UNIT_COLS == 32 * 8 * MM_REDUCE_STEPS, "a unit is one 16-byte load per lane and step");
+
+MM_DEVICE int mm_combine_units_per_token(const mm_layer_view& L) {
+  return (L.hidden + MM_COMBINE_UNIT_COLS - 1) / MM_COMBINE_UNIT_COLS;
+}
+
+/* Bit k: slot k of token t is routed (not masked). */
+MM_DEVICE uint32_t mm_token_live_slots(const mm_forward_view& F, int64_t t, int K) {
+  uint32_t live = 0;
+  for (int k = 0; k < K; ++k) live |= (uint32_t)(mm_topk_at(F, t * K + k) >= 0) << k;
+  return live;
+}
+
+/* One unit (token t, columns from c0 = unit_col0 + lane * 8, two 256-column
+ * steps) summed from t's live combine rows and written as bf16 to out_row
+ * (y's row t, or the combine buffer's row t * K when staged early: every
+ * load of the unit precedes its stores, so the unit may overwrite the slot-0
+ * row it reads). */
+MM_DEVICE void mm_reduce_unit(const mm_layer_view& L, int64_t t, int c0, uint32_t live, uint16_t* out_row) {
   const int H = L.hidden, K = L.top_k;
-  const int lane = threadIdx.x & 31;
-  constexpr int kSteps = 2, kGroup = 8, kUnitCols = 32 * 8 * kSteps;
-  const int chunks = (H + kUnitCols - 1) / kUnitCols;
-  const int64_t units = (int64_t)F.num_tokens * chunks;
-  const int64_t stride = (int64_t)gridDim.x * warps;
-  for (int64_t u = (int64_t)warp * gridDim.x + blockIdx.x; u < units; u += stride) {
-    const int64_t t = u / chunks;
-    const int c0 = (int)(u - t * chunks) * kUnitCols + lane * 8;
-    uint32_t live = 0; /* bit k: slot k is routed */
-    for (int k = 0; k < K; ++k) live |= (uint32_t)(mm_topk_at(F, t * K + k) >= 0) << k;
-    const uint16_t* rows = mm_combine_row(L, t * K);
-    float acc[kSteps][8];
+  constexpr int kSteps = MM_REDUCE_STEPS, kGroup = 8;
+  const uint16_t* rows = mm_combine_row(L, t * K);
+  float acc[kSteps][8];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[s][i] = 0.f;
+  /* Slots in groups of kGroup (registers), in order: the sum order is k = 0..K-1. */
+  for (int k0 = 0; k0 < K; k0 += kGroup) {
+    uint4 v[kSteps][kGroup];
 #pragma unroll
     for (int s = 0; s < kSteps; ++s)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[s][i] = 0.f;
-    /* Slots in groups of kGroup (registers), in order: the sum order is k = 0..K-1. */
-    for (int k0 = 0; k0 < K; k0 += kGroup) {
-      uint4 v[kSteps][kGroup];
+      for (int j = 0; j < kGroup; ++j)
+        if (k0 + j < K && (live >> (k0 + j) & 1) && c0 + s * 256 < H)
+          v[s][j] = *reinterpret_cast<const uint4*>(rows + (int64_t)(k0 + j) * H + c0 + s * 256);
 #pragma unroll
-      for (int s = 0; s < kSteps; ++s)
+    for (int s = 0; s < kSteps; ++s)
 #pragma unroll
-        for (int j = 0; j < kGroup; ++j)
-          if (k0 + j < K && (live >> (k0 + j) & 1) && c0 + s * 256 < H)
-            v[s][j] = *reinterpret_cast<const uint4*>(rows + (int64_t)(k0 + j) * H + c0 + s * 256);
+      for (int j = 0; j < kGroup; ++j) {
+        if (k0 + j >= K || !(live >> (k0 + j) & 1)) continue;
+        const uint16_t* b = reinterpret_cast<const uint16_t*>(&v[s][j]);
 #pragma unroll
-      for (int s = 0; s < kSteps; ++s)
+        for (int i = 0; i < 8; ++i) acc[s][i] += mm_bf16_to_float(b[i]);
+      }
+  }
 #pragma unroll
-        for (int j = 0; j < kGroup; ++j) {
-          if (k0 + j >= K || !(live >> (k0 + j) & 1)) continue;
-          const uint16_t* b = reinterpret_cast<const uint16_t*>(&v[s][j]);
+  for (int s = 0; s < kSteps; ++s) {
+    if (c0 + s * 256 >= H) continue;
+    uint4 o;
+    uint16_t* ob = reinterpret_cast<uint16_t*>(&o);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[s][i] += mm_bf16_to_float(b[i]);
-        }
+    for (int i = 0; i < 8; ++i) ob[i] = mm_float_to_bf16(acc[s][i]);
+    *reinterpret_cast<uint4*>(out_row + c0 + s * 256) = o;
+  }
+}
+
+/* Every unit of the calling warp.
+ *  early == false: into y, once all rows have landed (after barrier 1, or the
+ *    staged arm's combine kernel); always true.
+ *  early == true: the early combine's first pass (route_phases.cuh): each
+ *    unit as soon as its rows have landed, into the combine buffer's row
+ *    t * K (this rank's own memory: y is written only once the forward is
+ *    known to have succeeded, mm_copy_reduced). A unit's rows have all
+ *    landed when its arrival counter (MM_SYM_COMBINE_ARRIVED, zeroed in
+ *    routing phase A) holds live slots x the unit's columns: each expert
+ *    rank's copy warps add a row's columns after storing it, with
+ *    system-scope release order (gemm_epilogue.cuh, mm_gemm_count_arrivals).
+ *    Lane 0 acquires at system scope; the warp barrier orders that before
+ *    every lane's loads. False when a wait gave up (deadline, or an error of
+ *    this forward): the warp leaves.
+ * One call site of mm_reduce_unit for both (the fused kernel's tail is
+ * compiled under its roles' register pressure: two copies spilled more). */
+MM_DEVICE bool mm_reduce_tokens(const mm_layer_view& L, const mm_forward_view& F, int warp, int warps,
+                                bool early = false) {
+  const int lane = threadIdx.x & 31;
+  const int H = L.hidden, K = L.top_k;
+  const int chunks = mm_combine_units_per_token(L);
+  const int64_t units = (int64_t)F.num_tokens * chunks;
+  const int64_t stride = (int64_t)gridDim.x * warps;
+  const int32_t* arrived = mm_sym<int32_t>(L, L.rank, MM_SYM_COMBINE_ARRIVED);
+  uint16_t* out = early ? mm_sym<uint16_t>(L, L.rank, MM_SYM_COMBINE) : F.y;
+  const int64_t out_stride = early ? (int64_t)K * H : H;
+  for (int64_t u = (int64_t)warp * gridDim.x + blockIdx.x; u < units; u += stride) {
+    const int64_t t = u / chunks;
+    const int col0 = (int)(u - t * chunks) * MM_COMBINE_UNIT_COLS;
+    const uint32_t live = mm_token_live_slots(F, t, K);
+    if (early) {
+      int landed = 1;
+      if (lane == 0) {
+        mm_wait_ctx ctx;
+        ctx.status = mm_status(L);
+        ctx.timeout_ns = L.timeout_ns;
+        ctx.site = MM_SITE_COMBINE_ARRIVED;
+        ctx.abort_flag = nullptr;
+        landed = mm_wait_counter_geq<true>(arrived + u, __popc(live) * min(MM_COMBINE_UNIT_COLS, H - col0), ctx, (int)t);
+      }
+      __syncwarp(); /* lane 0's acquire before every lane's loads */
+      if (!__shfl_sync(0xffffffffu, landed, 0)) return false;
     }
+    mm_reduce_unit(L, t, col0 + lane * 8, live, out + t * out_stride);
+  }
+  return true;
+}
+
+/* The early combine's second pass: every unit of the calling warp (the same
+ * units as its first pass, so its own stores) from the combine buffer's row
+ * t * K to y. */
+MM_DEVICE void mm_copy_reduced(const mm_layer_view& L, const mm_forward_view& F, int warp, int warps) {
+  const int lane = threadIdx.x & 31;
+  const int H = L.hidden, K = L.top_k;
+  const int chunks = mm_combine_units_per_token(L);
+  const int64_t units = (int64_t)F.num_tokens * chunks;
+  const int64_t stride = (int64_t)gridDim.x * warps;
+  const uint16_t* staged = mm_sym<uint16_t>(L, L.rank, MM_SYM_COMBINE);
+  for (int64_t u = (int64_t)warp * gridDim.x + blockIdx.x; u < units; u += stride) {
+    const int64_t t = u / chunks;
+    const int c0 = (int)(u - t * chunks) * MM_COMBINE_UNIT_COLS + lane * 8;
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      if (c0 + s * 256 >= H) continue;
-      uint4 o;
-      uint16_t* ob = reinterpret_cast<uint16_t*>(&o);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ob[i] = mm_float_to_bf16(acc[s][i]);
-      *reinterpret_cast<uint4*>(F.y + t * H + c0 + s * 256) = o;
-    }
+    for (int s = 0; s < MM_REDUCE_STEPS; ++s)
+      if (c0 + s * 256 < H)
+        *reinterpret_cast<uint4*>(F.y + t * H + c0 + s * 256) =
+            *reinterpret_cast<const uint4*>(staged + t * K * H + c0 + s * 256);
   }
 }
 

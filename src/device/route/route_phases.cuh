@@ -105,6 +105,15 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
     mm_route_validate(L, F, i, i + 1);
   for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_count_expert(L, F, e, scratch);
   for (int i = blockIdx.x * nthreads + threadIdx.x; i < h.clear_count; i += gridDim.x * nthreads) h.clear[i] = 0;
+  /* The early combine's arrival counters of this call's tokens: the expert
+   * ranks add to them only after barrier 0, whose release (after the grid
+   * barriers below) is cumulative over these stores. */
+  if (MM_EARLY_COMBINE && F.early_combine) {
+    int32_t* arrived = mm_sym<int32_t>(L, L.rank, MM_SYM_COMBINE_ARRIVED);
+    const int64_t n = (int64_t)F.num_tokens * mm_combine_units_per_token(L);
+    for (int64_t i = (int64_t)blockIdx.x * nthreads + threadIdx.x; i < n; i += (int64_t)gridDim.x * nthreads)
+      arrived[i] = 0;
+  }
   /* The caller's tokens into this rank's staging region: before the grid
    * barriers and CTA 0's release of barrier 0, so a peer that pulls after
    * acquiring barrier 0 reads them (the route counts' chain, DESIGN.md
@@ -142,25 +151,63 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
 }
 
 /* Phase E of the persistent arms' last kernel (split kernel 2, the fused
- * kernel), every thread of every CTA, after its combine stores: grid
- * barrier, CTA 0's all-rank barrier 1, grid barrier, this CTA's share of the
- * reduction (warp `warp` of the CTA's `warps`), the end of the forward. */
+ * kernel), every thread of every CTA, after its combine stores, then the end
+ * of the forward. Two orders, chosen per call (mm_forward_view.early_combine):
+ *
+ *  late:  grid barrier; CTA 0's all-rank barrier 1; grid barrier (after it
+ *         every peer's rows for this rank's tokens have landed); this CTA's
+ *         share of the reduction into y.
+ *  early: each CTA arrives at a grid round without waiting; the CTA that
+ *         completes it runs barrier 1 (warp 0) while every warp reduces its
+ *         units as their rows land (arrival counters), into the combine
+ *         buffer; the round's end, a grid barrier (every CTA's reductions
+ *         and barrier 1's verdict are then seen by all), and, if the forward
+ *         has not failed, the copy of the reduced rows into y. The barrier's
+ *         latency and the reduction overlap; y is still written only by a
+ *         forward that succeeded (megamoe.h).
+ * `warp` of the CTA's `warps`: the calling warp's share of the units. */
 MM_DEVICE void mm_persistent_combine_tail(const mm_layer_view& L, const mm_forward_view& F, int warp, int warps) {
   mm_device_status* st = mm_status(L);
   const int tid = threadIdx.x;
   /* Every thread's combine stores (to peers over NVLink) before the grid
-   * barrier; CTA 0's release of barrier 1 is then cumulative over them. */
+   * arrival; the release of barrier 1 is then cumulative over them. */
   __threadfence_system();
   mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
   const mm_wait_ctx gctx = mm_persistent_grid_ctx(L);
-  bool ok = mm_grid_barrier(gb, gctx);
-  if (tid == 0) mm_tl_stamp(L, MM_TL_PUSHED);
-  if (ok && blockIdx.x == 0 && tid < 32)
-    mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 1), MM_SITE_BARRIER_COMBINE);
-  /* After barrier 1 every peer's rows for this rank's tokens have landed. */
-  if (ok) ok = mm_grid_barrier(gb, gctx);
-  if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED);
-  if (ok && !mm_failed(st)) mm_reduce_tokens(L, F, warp, warps);
+  const bool early = MM_EARLY_COMBINE && F.early_combine != 0;
+  bool ok = true, last = false;
+  uint32_t round = 0;
+  if (!early) {
+    ok = mm_grid_barrier(gb, gctx);
+    if (tid == 0) mm_tl_stamp(L, MM_TL_PUSHED);
+    if (ok && blockIdx.x == 0 && tid < 32)
+      mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 1), MM_SITE_BARRIER_COMBINE);
+    /* After barrier 1 every peer's rows for this rank's tokens have landed. */
+    if (ok) ok = mm_grid_barrier(gb, gctx);
+    if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED);
+  } else {
+    round = mm_grid_arrive(gb, &last);
+    if (tid == 0) mm_tl_stamp(L, MM_TL_PUSHED);
+    /* The completing CTA has acquired every CTA's arrival: the whole rank's
+     * pushes and pulls precede its barrier-1 release. */
+    if (last && tid < 32) {
+      mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 1), MM_SITE_BARRIER_COMBINE);
+      __syncwarp();
+      if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED);
+    }
+  }
+  /* One call site (the fused kernel's tail is compiled under its roles'
+   * register pressure). Early: a forward that already failed reduces
+   * nothing (its rows may never come); a failure while reducing ends the
+   * waits. */
+  if (ok && !mm_failed(st)) (void)mm_reduce_tokens(L, F, warp, warps, early);
+  if (early) {
+    ok = last || mm_grid_wait_round(gb, round, gctx);
+    if (ok) ok = mm_grid_barrier(gb, gctx);
+    /* Every CTA's reductions and barrier 1 are behind the grid barrier:
+     * every CTA takes the same decision here. */
+    if (ok && !mm_failed(st)) mm_copy_reduced(L, F, warp, warps);
+  }
   if (L.timeline) {
     __syncthreads(); /* every warp's reductions, then the stamp */
     if (tid == 0) mm_tl_stamp(L, MM_TL_REDUCED);
