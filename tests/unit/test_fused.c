@@ -218,9 +218,10 @@ static int static_check(const mm_fused_stream* s, const mm_fused_task* tasks, in
  *                         its tasks, or an L1 task whose block is a ring's length
  *                         ahead of the pending one (block0 + 1 >= pending + ring);
  *                         publishing waits for nothing;
- *   SIM_PUBLISH_PAIRS     a candidate (docs/PERF.md, fifteenth session): up to two
- *                         pending, both published after the L1 tile that finds
- *                         two, with the same three rules against the older;
+ *   SIM_PUBLISH_PAIRS     the kernel built with -DMM_FUSED_L1_PENDING_MAX=2
+ *                         (docs/PERF.md, sixteenth session): up to two pending,
+ *                         both published after the L1 tile that finds two, with
+ *                         the same three rules against the older;
  *   SIM_PUBLISH_NO_L2_RULE  the kernel's rule without the publication before an
  *                         L2 task: a planted bug (the L2 tile may need the CTA's
  *                         own pending tile);
@@ -727,13 +728,13 @@ static mm_test_result t_ring_short_by_one_fails(void) {
  * overwritten under a reader, under the stream's own order and under the
  * kernel's deferred L1_DONE publication (round-robin and claimed tasks); and
  * the planted bugs caught: no slot guard, and the deferral without its
- * publication before an L2 task. SIM_PUBLISH_PAIRS, the candidate that
- * publishes every other L1 tile, is run and must be clean too. */
+ * publication before an L2 task. SIM_PUBLISH_PAIRS, the kernel's option to
+ * publish every other L1 tile, must be clean in the kernel's range too. */
 static mm_test_result t_ring_simulation(void) {
   mm_rng g = unit_rng(0x51b);
   int32_t rows[64];
   int runs = 0, caught = 0, planted = 0, no_l2_caught = 0, no_l2_planted = 0, no_ring_caught = 0, no_ring_planted = 0;
-  int single = 0, pairs_dead[2] = {0, 0}, pairs_min_lag = 1 << 30, claimed_small = 0, claimed_small_dead = 0;
+  int single = 0, pairs_dead[2] = {0, 0}, pairs_small = 0, pairs_min_lag = 1 << 30, claimed_small = 0, claimed_small_dead = 0;
   for (int i = 0; i < 160; ++i) {
     const int32_t El = 1 + (int32_t)mm_rng_below(&g, 24);
     /* Half the cases in the kernel's range (lag >= MM_FUSED_LAG_MIN, group
@@ -775,11 +776,21 @@ static mm_test_result t_ring_simulation(void) {
                 "%d pull warps): %s", i, modes[mo].name, El, kSkewNames[skew], wave ? "single wave" : "lag order",
                 (long long)t.s.blocks, o.ring_blocks, lag, group, ctas, pulls, r.why);
     }
-    /* The candidate (not in the kernel): deadlocks counted, the smallest lag seen. */
+    /* The kernel's two-tile deferral (-DMM_FUSED_L1_PENDING_MAX=2): clean in
+     * the kernel's range of lags (asserted); below it, deadlocks counted and
+     * the smallest lag seen. */
     for (int claim = 0; claim < 2; ++claim) {
-      const int dead = !simulate(&t.s, tasks, ctas, pulls, 1, SIM_PUBLISH_PAIRS, claim, &g).ok;
+      const sim_result r = simulate(&t.s, tasks, ctas, pulls, 1, SIM_PUBLISH_PAIRS, claim, &g);
+      const int dead = !r.ok;
+      if (wave || lag >= MM_FUSED_LAG_MIN) {
+        if (dead) free(tasks), stream_free(&t);
+        CHECK_MSG(!dead, "case %d, the two-tile deferral, %s, in the kernel's range (lag %d, group %d, %s): %s", i,
+                  claim ? "claimed" : "round-robin", lag, group, wave ? "single wave" : "lag order", r.why);
+        continue;
+      }
+      pairs_small += claim == 0;
       pairs_dead[claim] += dead;
-      if (dead && !wave && lag < pairs_min_lag) pairs_min_lag = lag;
+      if (dead && lag < pairs_min_lag) pairs_min_lag = lag;
     }
     runs++;
     single += wave;
@@ -802,8 +813,10 @@ static mm_test_result t_ring_simulation(void) {
   }
   printf("    the kernel's deferral with claimed tasks below lag %d: %d of %d runs failed\n", MM_FUSED_LAG_MIN,
          claimed_small_dead, claimed_small);
-  printf("    pairs (the candidate, not the kernel's): %d round-robin and %d claimed runs of %d failed%s",
-         pairs_dead[0], pairs_dead[1], runs, pairs_dead[0] + pairs_dead[1] ? ", the smallest lag among them " : "\n");
+  printf("    the two-tile deferral below lag %d (clean above, asserted): %d round-robin and %d claimed runs of %d "
+         "failed%s",
+         MM_FUSED_LAG_MIN,
+         pairs_dead[0], pairs_dead[1], pairs_small, pairs_dead[0] + pairs_dead[1] ? ", the smallest lag among them " : "\n");
   if (pairs_dead[0] + pairs_dead[1]) printf("%d\n", pairs_min_lag);
   printf("    %d simulated forwards (%d single wave) clean in 3 modes each (claimed: lag >= MM_FUSED_LAG_MIN or the single wave); without the slot guard %d of %d "
          "caught; the deferral without its L2 rule %d of %d caught, without its ring rule (claimed) %d of %d\n",
