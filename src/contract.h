@@ -98,7 +98,7 @@ enum mm_timeline_event {
   MM_TL_K2_START,        /* kernel 2 entered (fused: the producer's first L2 tile, its L1 rows ready) */
   MM_TL_L2_MATH_END,     /* the math warpgroups finished their last L2 tile (scatter issued) */
   MM_TL_PUSHED,          /* grid barrier after every CTA's combine stores (early combine: this CTA's arrival) */
-  MM_TL_COMBINED,        /* grid barrier after all-rank barrier 1 (early combine: barrier 1 passed, one CTA) */
+  MM_TL_COMBINED,        /* grid barrier after all-rank barrier 1 (early combine: after the reductions too) */
   MM_TL_REDUCED,         /* the CTA's reductions written */
   MM_TL_WAIT_PULLED,     /* duration: the producer's waits for an L1 tile's pulled rows (fused) */
   MM_TL_WAIT_L1_DONE,    /* duration: the producer's waits for an L2 tile's L1 outputs (fused) */

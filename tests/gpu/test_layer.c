@@ -519,8 +519,11 @@ static mm_test_result t_arms_bitwise(const mm_rank_ctx* ctx) {
  * 128 columns; H 384: one of 384), masked slots, a repeated expert, a rank
  * with T = 0, group 64 and int64 top-k; and the early order must stay right
  * over a series of different calls on one layer (the counters are zeroed
- * per call: stale ones would let a unit read the last call's rows). The
- * deadline is 10 s, so a missing arrival count fails in seconds. */
+ * per call: stale ones would let a unit read the last call's rows), as must
+ * the auto rule over calls on both sides of its threshold. The deadline is
+ * 10 s, so a missing arrival count fails in seconds (the counter waits give
+ * up at twice it). The error tests (test_errors.c) run in the early order
+ * too in a build with it: their T is below the auto threshold. */
 static mm_test_result t_combine_orders(const mm_rank_ctx* ctx) {
   const megamoe_arm arm = mm_test_arm();
   if (arm == MEGAMOE_ARM_STAGED) {
@@ -569,6 +572,24 @@ static mm_test_result t_combine_orders(const mm_rank_ctx* ctx) {
   setenv("MEGAMOE_EARLY_COMBINE", "2", 1);
   if (lt_run_series(ctx, series, 3, "early combine series") != MM_TEST_PASS) bad = 1;
   unsetenv("MEGAMOE_EARLY_COMBINE");
+  /* The auto rule on one layer: calls on either side of its threshold
+   * (T x 2 units against 12 warps x SMs: 40 and 64 tokens early, 1500 and
+   * 1800 late on any GPU below 300 SMs), so an early call follows late ones
+   * (counters left unzeroed), and with several ranks the ranks take
+   * different orders in one forward (each decides alone; the copy warps
+   * count for both). */
+  lc_case mixed[4];
+  const lc_case mixed_base = lt_make(ctx, 640, 256, EXPERTS(ctx, 4), 4, 1800, 65);
+  static const int64_t mixed_tokens[4][2] = {{1800, 40}, {40, 1800}, {1500, 1500}, {64, 64}};
+  for (int i = 0; i < 4; ++i) {
+    mixed[i] = mixed_base;
+    mixed[i].weight_seed = mixed_base.seed;
+    mixed[i].seed = mixed_base.seed + 29u * (uint64_t)(i + 1);
+    mixed[i].cfg.timeout_s = 10.0;
+    mixed[i].mask_ratio = 0.05;
+    for (int r = 0; r < ctx->num_ranks; ++r) mixed[i].tokens[r] = mixed_tokens[i][r % 2];
+  }
+  if (lt_run_series(ctx, mixed, 4, "auto combine order series") != MM_TEST_PASS) bad = 1;
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 

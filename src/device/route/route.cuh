@@ -425,12 +425,15 @@ MM_DEVICE bool mm_reduce_tokens(const mm_layer_view& L, const mm_forward_view& F
     if (early) {
       int landed = 1;
       if (lane == 0) {
+        /* Twice the deadline, like the grid barriers: these waits start
+         * before barrier 1 does, and a silent peer must be reported by
+         * barrier 1 (naming the peer), whose error then ends them. */
         mm_wait_ctx ctx;
         ctx.status = mm_status(L);
-        ctx.timeout_ns = L.timeout_ns;
+        ctx.timeout_ns = 2 * L.timeout_ns;
         ctx.site = MM_SITE_COMBINE_ARRIVED;
         ctx.abort_flag = nullptr;
-        landed = mm_wait_counter_geq<true>(arrived + u, __popc(live) * min(MM_COMBINE_UNIT_COLS, H - col0), ctx, (int)t);
+        landed = mm_wait_counter_geq<true>(arrived + u, __popc(live) * min(MM_COMBINE_UNIT_COLS, H - col0), ctx, (int)u);
       }
       __syncwarp(); /* lane 0's acquire before every lane's loads */
       if (!__shfl_sync(0xffffffffu, landed, 0)) return false;

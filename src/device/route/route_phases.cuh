@@ -193,7 +193,6 @@ MM_DEVICE void mm_persistent_combine_tail(const mm_layer_view& L, const mm_forwa
     if (last && tid < 32) {
       mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 1), MM_SITE_BARRIER_COMBINE);
       __syncwarp();
-      if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED);
     }
   }
   /* One call site (the fused kernel's tail is compiled under its roles'
@@ -204,6 +203,7 @@ MM_DEVICE void mm_persistent_combine_tail(const mm_layer_view& L, const mm_forwa
   if (early) {
     ok = last || mm_grid_wait_round(gb, round, gctx);
     if (ok) ok = mm_grid_barrier(gb, gctx);
+    if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED); /* every CTA, as in the late order (no stale stamps) */
     /* Every CTA's reductions and barrier 1 are behind the grid barrier:
      * every CTA takes the same decision here. */
     if (ok && !mm_failed(st)) mm_copy_reduced(L, F, warp, warps);

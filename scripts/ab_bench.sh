@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# A/B of two builds of the kernels in one GPU-machine call (docs/PERF.md's
+# method: a prediction first, then both builds alternating in one call).
+#
+#   scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] "DEFS_A" "DEFS_B" BENCH_ARGS...
+#
+# DEFS_A / DEFS_B: nvcc macros of each build ("" for the default build),
+# e.g. "" "-DMM_FUSED_L1_PENDING_MAX=2". The builds go to build_ab_a and
+# build_ab_b (reused when their macros match; make does not track macros),
+# in parallel. Then `megamoe bench BENCH_ARGS` runs N times per build
+# (default 2), alternating A B B A A B ..., each run's table rows printed
+# under a header naming the build. --env-a / --env-b export a variable for
+# that build's runs only (repeatable), so one build can be compared with
+# itself under two settings: "" "" --env-a MEGAMOE_EARLY_COMBINE=0 ...
+# Logs: $OUT/ab_build_{a,b}.log, $OUT/ab_bench.log (OUT defaults to
+# /tmp/megamoe-out). NCCL_NVLS_ENABLE=0 as everywhere. Exit 0, 1 when a
+# build or a run failed, 2 on a bad command line, 77 when no GPU is visible.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0
+OUT=${OUT:-/tmp/megamoe-out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+rounds=2
+env_a=()
+env_b=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --env-a) env_a+=("$2"); shift 2 ;;
+    --env-b) env_b+=("$2"); shift 2 ;;
+    *) break ;;
+  esac
+done
+if [ $# -lt 2 ]; then
+  echo "usage: scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] \"DEFS_A\" \"DEFS_B\" BENCH_ARGS..." >&2
+  exit 2
+fi
+defs_a=$1
+defs_b=$2
+shift 2
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "ab_bench: no GPU visible (this compares kernel builds on a GPU machine)" >&2
+  exit 77
+fi
+jobs=$(( $(nproc) / 2 ))
+[ "$jobs" -ge 1 ] || jobs=1
+
+build() { # name defs
+  local dir=build_ab_$1
+  if [ "$(cat "$dir/.nvcc_defs" 2> /dev/null)" != "$2" ]; then rm -rf "$dir"; fi
+  mkdir -p "$dir" && printf '%s' "$2" > "$dir/.nvcc_defs"
+  make -j"$jobs" BUILD="$dir" NVCC="nvcc $2" "$dir/megamoe" > "$OUT/ab_build_$1.log" 2>&1
+}
+build a "$defs_a" & pa=$!
+build b "$defs_b" & pb=$!
+ok=1
+wait $pa || { echo "build A ($defs_a) failed: $OUT/ab_build_a.log"; ok=0; }
+wait $pb || { echo "build B ($defs_b) failed: $OUT/ab_build_b.log"; ok=0; }
+[ $ok = 1 ] || exit 1
+
+run() { # name defs env...
+  local name=$1 defs=$2
+  shift 2
+  echo "== build $name (${defs:-default}${*:+; $*})" | tee -a "$OUT/ab_bench.log"
+  env "$@" "./build_ab_$name/megamoe" bench "${bench_args[@]}" 2>&1 | tee -a "$OUT/ab_bench.log" |
+    grep -E "^(staged|split|fused)" || return 1
+}
+bench_args=("$@")
+rc=0
+for ((i = 0; i < rounds; ++i)); do
+  # A B, then B A: neither build always runs first.
+  if ((i % 2 == 0)); then order=(a b); else order=(b a); fi
+  for w in "${order[@]}"; do
+    if [ "$w" = a ]; then run a "$defs_a" ${env_a[@]+"${env_a[@]}"} || rc=1
+    else run b "$defs_b" ${env_b[@]+"${env_b[@]}"} || rc=1; fi
+  done
+done
+exit $rc
