@@ -291,6 +291,30 @@ typedef struct mm_grid_barrier_state {
 #define MM_HOST_DEVICE static inline
 #endif
 
+/* ---- The early combine's arrival counters (MM_SYM_COMBINE_ARRIVED) --------
+ * One counter per (token, MM_COMBINE_UNIT_COLS-column unit) on the source
+ * rank. The copy warps of an expert rank add, for each stored row of an L2
+ * tile at column n0 (BN wide), mm_combine_row_columns to the counter at
+ * mm_combine_arrival_index; the source's reduction of unit u of a token with
+ * `live` routed slots waits for mm_combine_unit_target. Shared with the CPU
+ * model of the protocol (tests/unit/test_combine.c). */
+MM_HOST_DEVICE int32_t mm_combine_units(int32_t hidden) {
+  return (hidden + MM_COMBINE_UNIT_COLS - 1) / MM_COMBINE_UNIT_COLS;
+}
+
+MM_HOST_DEVICE int64_t mm_combine_arrival_index(int32_t token_slot, int32_t top_k, int32_t hidden, int32_t n0) {
+  return (int64_t)(token_slot / top_k) * mm_combine_units(hidden) + n0 / MM_COMBINE_UNIT_COLS;
+}
+
+MM_HOST_DEVICE int32_t mm_combine_row_columns(int32_t hidden, int32_t n0, int32_t bn) {
+  return hidden - n0 < bn ? hidden - n0 : bn;
+}
+
+MM_HOST_DEVICE int32_t mm_combine_unit_target(int32_t live_slots, int32_t hidden, int32_t unit) {
+  const int32_t cols = hidden - unit * MM_COMBINE_UNIT_COLS;
+  return live_slots * (cols < MM_COMBINE_UNIT_COLS ? cols : MM_COMBINE_UNIT_COLS);
+}
+
 /* Barrier `index` (0: dispatch, 1: combine) of forward `forward`. */
 MM_HOST_DEVICE uint64_t mm_barrier_value(uint64_t forward, int index) {
   return (uint64_t)MM_BARRIERS_PER_FORWARD * forward + (uint64_t)index;

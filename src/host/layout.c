@@ -125,7 +125,7 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   bytes[MM_SYM_COMBINE] = mul(&s, mul(&s, mul(&s, K, T), H), 2);
   bytes[MM_SYM_CALL_TOKENS] = fused ? mul(&s, R, sizeof(mm_call_tokens)) : 0;
   bytes[MM_SYM_COMBINE_ARRIVED] =
-      staged ? 0 : mul(&s, mul(&s, T, (H + MM_COMBINE_UNIT_COLS - 1) / MM_COMBINE_UNIT_COLS), 4);
+      staged ? 0 : mul(&s, mul(&s, T, (uint64_t)mm_combine_units((int32_t)H)), 4);
   bytes[MM_WS_STATUS] = sizeof(mm_device_status);
   bytes[MM_WS_EPOCH] = sizeof(uint64_t);
   bytes[MM_WS_PEERS] = MEGAMOE_MAX_RANKS * sizeof(uint64_t);

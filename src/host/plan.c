@@ -170,7 +170,7 @@ mm_regime mm_plan_regime(const megamoe_config* c, int num_ranks, int64_t num_tok
 int mm_plan_early_combine(const megamoe_config* c, int mode, int64_t num_tokens, int sms) {
   if (c->arm == MEGAMOE_ARM_STAGED || mode == 0 || !mm_early_combine_built()) return 0;
   if (mode == 2) return 1;
-  const int64_t units = num_tokens * ((c->hidden + MM_COMBINE_UNIT_COLS - 1) / MM_COMBINE_UNIT_COLS);
+  const int64_t units = num_tokens * mm_combine_units((int32_t)c->hidden);
   return units <= 12 * (int64_t)sms;
 }
 

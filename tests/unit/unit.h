@@ -57,5 +57,6 @@ extern const mm_test unit_suite_fuzz_checks[];
 extern const mm_test unit_suite_fault_judge[];
 extern const mm_test unit_suite_fused[];
 extern const mm_test unit_suite_fused_kernel[];
+extern const mm_test unit_suite_combine[];
 
 #endif

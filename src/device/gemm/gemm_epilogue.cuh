@@ -228,14 +228,13 @@ template <class Cfg>
 MM_DEVICE void mm_gemm_count_arrivals(const mm_gemm_problem& p, const mm_gemm_tile_info& ti, int lane) {
   static_assert(MM_COMBINE_UNIT_COLS % Cfg::BN == 0, "a tile's row adds to one combine unit");
   mm_fence_acq_rel_sys();
-  const int units = (p.n + MM_COMBINE_UNIT_COLS - 1) / MM_COMBINE_UNIT_COLS;
-  const int unit = ti.n0 / MM_COMBINE_UNIT_COLS;
-  const int32_t cols = min(Cfg::BN, p.n - ti.n0);
+  const int32_t cols = mm_combine_row_columns(p.n, ti.n0, Cfg::BN);
   for (int r = lane; r < ti.rows; r += 32) {
     const mm_pool_row d = p.scatter.rows[mm_gemm_out_row<Cfg>(ti, r)];
     if (d.src_rank < 0 || d.src_rank >= MM_MAX_RANKS || !p.scatter.dst_base[d.src_rank]) continue;
     int32_t* counters = p.scatter.arrived_base[d.src_rank];
-    if (counters) mm_red_relaxed_sys_add_s32(counters + (int64_t)(d.token_slot / p.scatter.top_k) * units + unit, cols);
+    if (counters)
+      mm_red_relaxed_sys_add_s32(counters + mm_combine_arrival_index(d.token_slot, p.scatter.top_k, p.n, ti.n0), cols);
   }
   __syncwarp();
 }

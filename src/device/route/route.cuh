@@ -337,9 +337,7 @@ MM_DEVICE const uint16_t* mm_combine_row(const mm_layer_view& L, int64_t token_s
 #define MM_REDUCE_STEPS 2
 static_assert(MM_COMBINE_UNIT_COLS == 32 * 8 * MM_REDUCE_STEPS, "a unit is one 16-byte load per lane and step");
 
-MM_DEVICE int mm_combine_units_per_token(const mm_layer_view& L) {
-  return (L.hidden + MM_COMBINE_UNIT_COLS - 1) / MM_COMBINE_UNIT_COLS;
-}
+MM_DEVICE int mm_combine_units_per_token(const mm_layer_view& L) { return mm_combine_units(L.hidden); }
 
 /* Bit k: slot k of token t is routed (not masked). */
 MM_DEVICE uint32_t mm_token_live_slots(const mm_forward_view& F, int64_t t, int K) {
@@ -433,7 +431,8 @@ MM_DEVICE bool mm_reduce_tokens(const mm_layer_view& L, const mm_forward_view& F
         ctx.timeout_ns = 2 * L.timeout_ns;
         ctx.site = MM_SITE_COMBINE_ARRIVED;
         ctx.abort_flag = nullptr;
-        landed = mm_wait_counter_geq<true>(arrived + u, __popc(live) * min(MM_COMBINE_UNIT_COLS, H - col0), ctx, (int)u);
+        const int32_t target = mm_combine_unit_target(__popc(live), H, col0 / MM_COMBINE_UNIT_COLS);
+        landed = mm_wait_counter_geq<true>(arrived + u, target, ctx, (int)u);
       }
       __syncwarp(); /* lane 0's acquire before every lane's loads */
       if (!__shfl_sync(0xffffffffu, landed, 0)) return false;
