@@ -44,6 +44,8 @@ typedef enum mm_region_id {
   MM_SYM_COMBINE_ARRIVED, /* split and fused arms: [T_max][ceil(H / MM_COMBINE_UNIT_COLS)] i32 columns of
                           * combine rows landed per (token, unit), added by the expert ranks' copy warps
                           * after their stores (the early combine, route_phases.cuh) */
+  MM_SYM_COMBINE_ORDER,  /* split and fused arms: [R] i32, slot s written by source rank s in routing phase B:
+                          * 1 when its forward takes the early combine (its rows are counted), else 0 */
   /* workspace */
   MM_WS_STATUS,          /* mm_device_status */
   MM_WS_EPOCH,           /* u64 number of the forward in progress (1 for the first), counted on
@@ -412,9 +414,15 @@ typedef struct mm_gemm_scatter {
    * MM_SYM_COMBINE_ARRIVED counters, or NULL. After a tile's rows are
    * stored, each stored row adds its column count to
    * arrived_base[src_rank][(token_slot / top_k) * units + n0 / MM_COMBINE_UNIT_COLS]
-   * (units = ceil(n / MM_COMBINE_UNIT_COLS)) with system-scope release order. */
+   * (units = ceil(n / MM_COMBINE_UNIT_COLS)) with system-scope release order,
+   * for the sources whose source_early entry is set. */
   int32_t* arrived_base[MM_MAX_RANKS];
   int32_t top_k;
+  /* [num_ranks] this forward's combine order of each source rank
+   * (MM_SYM_COMBINE_ORDER, this rank's copy): rows are counted only for
+   * sources that take the early order. */
+  const int32_t* source_early;
+  int32_t num_ranks;
 } mm_gemm_scatter;
 
 /* A rows that arrive while the GEMM runs (the split and fused arms): before

@@ -65,6 +65,7 @@ static const char* const region_names[MM_REGION_COUNT] = {
     [MM_SYM_COMBINE] = "combine",
     [MM_SYM_CALL_TOKENS] = "call_tokens",
     [MM_SYM_COMBINE_ARRIVED] = "combine_arrived",
+    [MM_SYM_COMBINE_ORDER] = "combine_order",
     [MM_WS_STATUS] = "status",
     [MM_WS_EPOCH] = "epoch",
     [MM_WS_PEERS] = "peer_table",
@@ -126,6 +127,7 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   bytes[MM_SYM_CALL_TOKENS] = fused ? mul(&s, R, sizeof(mm_call_tokens)) : 0;
   bytes[MM_SYM_COMBINE_ARRIVED] =
       staged ? 0 : mul(&s, mul(&s, T, (uint64_t)mm_combine_units((int32_t)H)), 4);
+  bytes[MM_SYM_COMBINE_ORDER] = staged ? 0 : mul(&s, R, 4);
   bytes[MM_WS_STATUS] = sizeof(mm_device_status);
   bytes[MM_WS_EPOCH] = sizeof(uint64_t);
   bytes[MM_WS_PEERS] = MEGAMOE_MAX_RANKS * sizeof(uint64_t);

@@ -65,6 +65,10 @@ static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int loc
     l2.out_kind = MM_GEMM_OUT_BF16_SCATTER;
     l2.scatter.rows = (const mm_pool_row*)WS(MM_WS_POOL_ROWS);
     l2.scatter.top_k = c->top_k;
+    if (v) {
+      l2.scatter.source_early = (const int32_t*)(v->peer_sym[v->rank] + v->offset[MM_SYM_COMBINE_ORDER]);
+      l2.scatter.num_ranks = v->num_ranks;
+    }
     if (v)
       for (int r = 0; r < v->num_ranks; ++r) {
         l2.scatter.dst_base[r] = v->peer_sym[r] + v->offset[MM_SYM_COMBINE];

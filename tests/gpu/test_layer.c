@@ -576,8 +576,8 @@ static mm_test_result t_combine_orders(const mm_rank_ctx* ctx) {
    * (T x 2 units against 12 warps x SMs: 40 and 64 tokens early, 1500 and
    * 1800 late on any GPU below 300 SMs), so an early call follows late ones
    * (counters left unzeroed), and with several ranks the ranks take
-   * different orders in one forward (each decides alone; the copy warps
-   * count for both). */
+   * different orders in one forward (each decides alone and publishes it;
+   * the copy warps count only the early source's rows). */
   lc_case mixed[4];
   const lc_case mixed_base = lt_make(ctx, 640, 256, EXPERTS(ctx, 4), 4, 1800, 65);
   static const int64_t mixed_tokens[4][2] = {{1800, 40}, {40, 1800}, {1500, 1500}, {64, 64}};

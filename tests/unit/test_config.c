@@ -162,7 +162,8 @@ const mm_test unit_suite_config[] = {
 static int region_unused(mm_region_id id, megamoe_arm arm) {
   if (id == MM_WS_L1_ACC || id == MM_WS_L2_OUT) return arm != MEGAMOE_ARM_STAGED; /* staged only */
   if (id == MM_WS_READY) return arm != MEGAMOE_ARM_SPLIT;                  /* split only */
-  if (id == MM_WS_TILE_COUNTERS || id == MM_SYM_COMBINE_ARRIVED) return arm == MEGAMOE_ARM_STAGED; /* persistent arms */
+  if (id == MM_WS_TILE_COUNTERS || id == MM_SYM_COMBINE_ARRIVED || id == MM_SYM_COMBINE_ORDER)
+    return arm == MEGAMOE_ARM_STAGED; /* the persistent arms */
   if (id == MM_SYM_CALL_TOKENS || id == MM_WS_BLOCK_COUNTERS || id == MM_WS_TASK_LIST)
     return arm != MEGAMOE_ARM_FUSED; /* fused only */
   return 0;

@@ -223,15 +223,26 @@ MM_DEVICE void mm_gemm_epilogue_stage_for_copy(const mm_gemm_smem& sm, const mm_
  * The rows counted are exactly the rows stored (mm_gemm_scatter_dst), from
  * the row table: dst[] in shared memory is the next tile's already. The
  * closing warp barrier orders the lanes' table reads before whatever lane
- * 0 releases next (the fused arm's L2_DONE, which frees the ring slot). */
+ * 0 releases next (the fused arm's L2_DONE, which frees the ring slot).
+ * The sources' orders (MM_SYM_COMBINE_ORDER) were written before barrier 0,
+ * which this kernel (or, for the split arm's kernel 2, kernel 1) passed. */
 template <class Cfg>
 MM_DEVICE void mm_gemm_count_arrivals(const mm_gemm_problem& p, const mm_gemm_tile_info& ti, int lane) {
   static_assert(MM_COMBINE_UNIT_COLS % Cfg::BN == 0, "a tile's row adds to one combine unit");
+  /* Only for sources that take the early order this forward; none (the
+   * large calls): no fence, no add. */
+  uint32_t early = 0xffffffffu;
+  if (p.scatter.source_early) {
+    const int32_t mine = lane < p.scatter.num_ranks ? mm_ld_relaxed_gpu_s32(p.scatter.source_early + lane) : 0;
+    early = __ballot_sync(0xffffffffu, mine != 0);
+    if (early == 0) return;
+  }
   mm_fence_acq_rel_sys();
   const int32_t cols = mm_combine_row_columns(p.n, ti.n0, Cfg::BN);
   for (int r = lane; r < ti.rows; r += 32) {
     const mm_pool_row d = p.scatter.rows[mm_gemm_out_row<Cfg>(ti, r)];
     if (d.src_rank < 0 || d.src_rank >= MM_MAX_RANKS || !p.scatter.dst_base[d.src_rank]) continue;
+    if (!(early >> d.src_rank & 1u)) continue;
     int32_t* counters = p.scatter.arrived_base[d.src_rank];
     if (counters)
       mm_red_relaxed_sys_add_s32(counters + mm_combine_arrival_index(d.token_slot, p.scatter.top_k, p.n, ti.n0), cols);

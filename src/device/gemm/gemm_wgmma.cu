@@ -239,6 +239,8 @@ extern "C" megamoe_status mm_gemm_check(const mm_gemm_problem* p) {
         if (p->scatter.top_k < 1)
           return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: scatter.top_k = %d with arrival counters",
                          p->scatter.top_k);
+        if (p->scatter.source_early && (p->scatter.num_ranks < 1 || p->scatter.num_ranks > MM_MAX_RANKS))
+          return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "gemm problem: scatter.num_ranks = %d", p->scatter.num_ranks);
       }
       break;
     default:

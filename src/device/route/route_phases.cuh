@@ -130,6 +130,11 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
   for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_publish_expert(L, F, e, failed, scratch);
   if (h.has_call && blockIdx.x == 0 && (int)threadIdx.x < L.num_ranks)
     mm_sym<mm_call_tokens>(L, (int)threadIdx.x, MM_SYM_CALL_TOKENS)[L.rank] = h.call;
+  /* This call's combine order, for the expert ranks' copy warps (read after
+   * barrier 0, like the call table; rewritten in forward n + 1 only after
+   * barrier 1 of n, which the readers pass after their last copy). */
+  if (MM_EARLY_COMBINE && blockIdx.x == 0 && (int)threadIdx.x < L.num_ranks)
+    mm_sym<int32_t>(L, (int)threadIdx.x, MM_SYM_COMBINE_ORDER)[L.rank] = F.early_combine != 0;
   if (!mm_grid_barrier(gb, gctx)) return false;
   if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_PUBLISHED);
   /* C: the routing of every rank is published here once barrier 0 passes. */
