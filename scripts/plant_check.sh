@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Proves on the GPU machine that a test can fail: plants a bug with sed in a
+# copy of the tree, builds the GPU tests there, runs the tests that must
+# catch it, and passes only when they FAIL (and the unplanted tree's build
+# of the same tests passes, when --control is given).
+#
+#   scripts/plant_check.sh [--defs "-DNAME=V ..."] [--env V=X]... [--control] \
+#       NAME FILE SED_EXPR TEST_FILTER
+#
+# FILE, relative to the repository root, gets `sed -i SED_EXPR`; the script
+# stops when that changed nothing (a plant that no longer matches the code
+# proves nothing). --defs: nvcc macros of the build (e.g. the option the
+# planted code lives in). --env: exported for the test run (repeatable), e.g.
+# MEGAMOE_TEST_ARM=split. The test run is bounded by PLANT_TIMEOUT seconds
+# (300). Logs in $OUT/plant_NAME.log (OUT defaults to /tmp/megamoe-out).
+# Exit 0 when caught, 1 when not, when the tests hung instead of failing, or
+# when a build failed; 2 on a bad command line, 77 when no GPU is visible.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0
+OUT=${OUT:-/tmp/megamoe-out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+defs=""
+control=0
+envs=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --defs) defs=$2; shift 2 ;;
+    --env) envs+=("$2"); shift 2 ;;
+    --control) control=1; shift ;;
+    *) break ;;
+  esac
+done
+if [ $# -ne 4 ]; then
+  echo "usage: scripts/plant_check.sh [--defs D] [--env V=X]... [--control] NAME FILE SED_EXPR TEST_FILTER" >&2
+  exit 2
+fi
+name=$1 file=$2 expr=$3 filter=$4
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "plant_check: no GPU visible" >&2
+  exit 77
+fi
+log="$OUT/plant_$name.log"
+tree="/tmp/megamoe_plant_$name"
+rm -rf "$tree" && mkdir -p "$tree"
+tar --exclude=./build --exclude='./build_*' --exclude=./.git -c . | tar -x -C "$tree"
+cp "$tree/$file" "$tree/$file.orig"
+sed -i "$expr" "$tree/$file"
+if cmp -s "$tree/$file" "$tree/$file.orig"; then
+  echo "plant $name: the sed expression changed nothing in $file" | tee "$log"
+  exit 1
+fi
+{ echo "plant $name in $file:"; diff "$tree/$file.orig" "$tree/$file"; } > "$log"
+run_tests() { # tree
+  (cd "$1" && make -j"$(nproc)" NVCC="nvcc $defs" build/gpu_tests >> "$log" 2>&1) || return 2
+  (cd "$1" && env ${envs[@]+"${envs[@]}"} timeout "${PLANT_TIMEOUT:-300}" ./build/gpu_tests "$filter" >> "$log" 2>&1)
+}
+if [ $control = 1 ]; then
+  ctree="/tmp/megamoe_plant_${name}_control"
+  rm -rf "$ctree" && mkdir -p "$ctree"
+  tar --exclude=./build --exclude='./build_*' --exclude=./.git -c . | tar -x -C "$ctree"
+  echo "== control (unplanted)" >> "$log"
+  run_tests "$ctree"
+  crc=$?
+  csummary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+  if [ $crc != 0 ] || [[ "$csummary" == "0 passed"* ]]; then
+    echo "plant $name: the unplanted control failed or ran nothing (rc $crc: $csummary): $log"
+    exit 1
+  fi
+fi
+echo "== planted" >> "$log"
+run_tests "$tree"
+rc=$?
+if [ $rc = 2 ]; then
+  echo "plant $name: the planted build failed: $log"
+  exit 1
+fi
+summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+if [ $rc = 0 ] && [[ "$summary" == "0 passed, 0 failed"* ]]; then
+  echo "plant $name: no test ran ('$filter': $summary): proves nothing: $log"
+  exit 1
+fi
+if [ $rc = 0 ]; then
+  echo "plant $name: NOT caught (the tests '$filter' passed with the bug planted: $summary): $log"
+  exit 1
+fi
+if [ $rc = 124 ] || [ $rc = 137 ]; then
+  echo "plant $name: the tests hung (stopped after ${PLANT_TIMEOUT:-300} s): a failure, but not a clean one: $log"
+  exit 1
+fi
+echo "plant $name: caught (tests '$filter' failed, rc $rc: $summary)"
+exit 0
