@@ -77,6 +77,13 @@ def test_layout_agrees_with_the_size_queries():
             assert ("l1_acc" in d["regions"]) == (arm == "staged")
             assert ("rows_ready" in d["regions"]) == (arm == "split")
             assert ("block_counters" in d["regions"]) == ("call_tokens" in d["regions"]) == (arm == "fused")
+            # The persistent arms' early-combine arrival counters (one per token and 512 columns)
+            # and the ranks' combine orders.
+            assert ("combine_arrived" in d["regions"]) == ("combine_order" in d["regions"]) == (arm != "staged")
+            if arm != "staged":
+                units = (cfg.hidden + 511) // 512
+                assert d["regions"]["combine_arrived"]["bytes"] == 4 * cfg.max_tokens_per_rank * units
+                assert d["regions"]["combine_order"]["bytes"] == 4 * ranks
             assert (d["ring"] is not None) == (arm == "fused")
             if d["ring"]:
                 assert d["pool_rows"] == d["ring"]["blocks"] * d["ring"]["block_rows"]
