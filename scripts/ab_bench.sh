@@ -13,7 +13,8 @@
 # that build's runs only (repeatable), so one build can be compared with
 # itself under two settings: "" "" --env-a MEGAMOE_EARLY_COMBINE=0 ...
 # Logs: $OUT/ab_build_{a,b}.log, $OUT/ab_bench.log (OUT defaults to
-# /tmp/megamoe-out). NCCL_NVLS_ENABLE=0 as everywhere. Exit 0, 1 when a
+# /tmp/megamoe-out). NCCL_NVLS_ENABLE=0 as everywhere. Each bench run is
+# bounded by AB_TIMEOUT seconds (300). Exit 0, 1 when a
 # build or a run failed, 2 on a bad command line, 77 when no GPU is visible.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
@@ -23,18 +24,21 @@ cd "$(dirname "$0")/.."
 rounds=2
 env_a=()
 env_b=()
+usage() {
+  echo "usage: scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] \"DEFS_A\" \"DEFS_B\" BENCH_ARGS..." >&2
+  exit 2
+}
 while [ $# -gt 0 ]; do
   case "$1" in
+    --rounds | --env-a | --env-b) [ $# -ge 2 ] || usage ;;&
     --rounds) rounds=$2; shift 2 ;;
     --env-a) env_a+=("$2"); shift 2 ;;
     --env-b) env_b+=("$2"); shift 2 ;;
     *) break ;;
   esac
 done
-if [ $# -lt 2 ]; then
-  echo "usage: scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] \"DEFS_A\" \"DEFS_B\" BENCH_ARGS..." >&2
-  exit 2
-fi
+[ $# -ge 2 ] || usage
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || usage
 defs_a=$1
 defs_b=$2
 shift 2
@@ -49,7 +53,7 @@ build() { # name defs
   local dir=build_ab_$1
   if [ "$(cat "$dir/.nvcc_defs" 2> /dev/null)" != "$2" ]; then rm -rf "$dir"; fi
   mkdir -p "$dir" && printf '%s' "$2" > "$dir/.nvcc_defs"
-  make -j"$jobs" BUILD="$dir" NVCC="nvcc $2" "$dir/megamoe" > "$OUT/ab_build_$1.log" 2>&1
+  make -j"$jobs" BUILD="$dir" NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc $2" "$dir/megamoe" > "$OUT/ab_build_$1.log" 2>&1
 }
 build a "$defs_a" & pa=$!
 build b "$defs_b" & pb=$!
@@ -62,7 +66,8 @@ run() { # name defs env...
   local name=$1 defs=$2
   shift 2
   echo "== build $name (${defs:-default}${*:+; $*})" | tee -a "$OUT/ab_bench.log"
-  env "$@" "./build_ab_$name/megamoe" bench "${bench_args[@]}" 2>&1 | tee -a "$OUT/ab_bench.log" |
+  env "$@" timeout "${AB_TIMEOUT:-300}" "./build_ab_$name/megamoe" bench ${bench_args[@]+"${bench_args[@]}"} 2>&1 |
+    tee -a "$OUT/ab_bench.log" |
     grep -E "^(staged|split|fused)" || return 1
 }
 bench_args=("$@")

@@ -28,7 +28,8 @@ mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 { nvidia-smi; nvidia-smi topo -m; nvcc --version; } > "$OUT/machine.txt" 2>&1
 nvcc_override=()
-if [ -n "${NVCC_DEFS:-}" ]; then nvcc_override=(NVCC="nvcc $NVCC_DEFS"); fi
+# The Makefile's compiler ($(CUDA_HOME)/bin/nvcc), with the macros.
+if [ -n "${NVCC_DEFS:-}" ]; then nvcc_override=(NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc $NVCC_DEFS"); fi
 # make does not track the macros: a build/ made with other ones is rebuilt from scratch.
 if [ "$(cat build/.nvcc_defs 2> /dev/null)" != "${NVCC_DEFS:-}" ]; then rm -rf build; fi
 mkdir -p build && printf '%s' "${NVCC_DEFS:-}" > build/.nvcc_defs

@@ -12,7 +12,7 @@
 # proves nothing). --defs: nvcc macros of the build (e.g. the option the
 # planted code lives in). --env: exported for the test run (repeatable), e.g.
 # MEGAMOE_TEST_ARM=split. The test run is bounded by PLANT_TIMEOUT seconds
-# (300). Logs in $OUT/plant_NAME.log (OUT defaults to /tmp/megamoe-out).
+# (480; a plant caught by a timeout waits the test's deadline per call). Logs in $OUT/plant_NAME.log (OUT defaults to /tmp/megamoe-out).
 # Exit 0 when caught, 1 when not, when the tests hung instead of failing, or
 # when a build failed; 2 on a bad command line, 77 when no GPU is visible.
 set -uo pipefail
@@ -52,9 +52,13 @@ if cmp -s "$tree/$file" "$tree/$file.orig"; then
 fi
 { echo "plant $name in $file:"; diff "$tree/$file.orig" "$tree/$file"; } > "$log"
 run_tests() { # tree
-  (cd "$1" && make -j"$(nproc)" NVCC="nvcc $defs" build/gpu_tests >> "$log" 2>&1) || return 2
-  (cd "$1" && env ${envs[@]+"${envs[@]}"} timeout "${PLANT_TIMEOUT:-300}" ./build/gpu_tests "$filter" >> "$log" 2>&1)
+  (cd "$1" && make -j"$(nproc)" NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc $defs" build/gpu_tests >> "$log" 2>&1) ||
+    return 2
+  # The run's own output in $run_log too: its summary line is judged alone.
+  (cd "$1" && env ${envs[@]+"${envs[@]}"} timeout -k 30 "${PLANT_TIMEOUT:-480}" ./build/gpu_tests "$filter" 2>&1 |
+    tee "$run_log" >> "$log"; exit "${PIPESTATUS[0]}")
 }
+run_log="$OUT/plant_$name.run.log"
 if [ $control = 1 ]; then
   ctree="/tmp/megamoe_plant_${name}_control"
   rm -rf "$ctree" && mkdir -p "$ctree"
@@ -62,7 +66,7 @@ if [ $control = 1 ]; then
   echo "== control (unplanted)" >> "$log"
   run_tests "$ctree"
   crc=$?
-  csummary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+  csummary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$run_log" | tail -1)
   if [ $crc != 0 ] || [[ "$csummary" == "0 passed"* ]]; then
     echo "plant $name: the unplanted control failed or ran nothing (rc $crc: $csummary): $log"
     exit 1
@@ -75,7 +79,7 @@ if [ $rc = 2 ]; then
   echo "plant $name: the planted build failed: $log"
   exit 1
 fi
-summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$run_log" | tail -1)
 if [ $rc = 0 ] && [[ "$summary" == "0 passed, 0 failed"* ]]; then
   echo "plant $name: no test ran ('$filter': $summary): proves nothing: $log"
   exit 1
@@ -85,7 +89,13 @@ if [ $rc = 0 ]; then
   exit 1
 fi
 if [ $rc = 124 ] || [ $rc = 137 ]; then
-  echo "plant $name: the tests hung (stopped after ${PLANT_TIMEOUT:-300} s): a failure, but not a clean one: $log"
+  echo "plant $name: the tests hung (stopped after ${PLANT_TIMEOUT:-480} s): a failure, but not a clean one: $log"
+  exit 1
+fi
+# Caught only by failed tests, not by a crash or a broken environment.
+failed=$(sed -E -n 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/p' <<< "$summary")
+if [ -z "$failed" ] || [ "$failed" = 0 ]; then
+  echo "plant $name: the run ended with rc $rc but no failed test (summary: '${summary:-none}'): not a verdict: $log"
   exit 1
 fi
 echo "plant $name: caught (tests '$filter' failed, rc $rc: $summary)"

@@ -574,7 +574,7 @@ static mm_test_result t_combine_orders(const mm_rank_ctx* ctx) {
   unsetenv("MEGAMOE_EARLY_COMBINE");
   /* The auto rule on one layer: calls on either side of its threshold
    * (T x 2 units against 12 warps x SMs: 40 and 64 tokens early, 1500 and
-   * 1800 late on any GPU below 300 SMs), so an early call follows late ones
+   * 1800 late on any GPU below 250 SMs), so an early call follows late ones
    * (counters left unzeroed), and with several ranks the ranks take
    * different orders in one forward (each decides alone and publishes it;
    * the copy warps count only the early source's rows). */

@@ -432,8 +432,8 @@ MM_DEVICE void mm_fused_l1_clear(mm_fused_l1_pending& p) { p.n = 0; }
  * one release that is cumulative over them (two adds for two blocks). */
 MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, int32_t* l1_done, mm_fused_l1_pending& pend) {
   if (!mm_fused_l1_any(pend)) return;
-  /* The pending tiles' TMA stores written (thread 0 issued them; the only
-   * bulk groups it can still have: the next L1 tile's epilogue comes after
+  /* The pending tiles' TMA stores written (thread 0 issued them, one bulk
+   * group per tile; it has no other: the next L1 tile's epilogue comes after
    * this publication). */
   if (threadIdx.x == 0) mm_bulk_wait_group<0>();
   mm_fence_proxy_async_global();
