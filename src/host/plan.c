@@ -68,12 +68,11 @@ static int arm_problems(const megamoe_config* c, const mm_layer_view* v, int loc
     if (v) {
       l2.scatter.source_early = (const int32_t*)(v->peer_sym[v->rank] + v->offset[MM_SYM_COMBINE_ORDER]);
       l2.scatter.num_ranks = v->num_ranks;
-    }
-    if (v)
       for (int r = 0; r < v->num_ranks; ++r) {
         l2.scatter.dst_base[r] = v->peer_sym[r] + v->offset[MM_SYM_COMBINE];
         l2.scatter.arrived_base[r] = (int32_t*)(v->peer_sym[r] + v->offset[MM_SYM_COMBINE_ARRIVED]);
       }
+    }
   } else {
     l1.out_kind = MM_GEMM_OUT_F32;
     l1.d = WS(MM_WS_L1_ACC);

@@ -33,6 +33,31 @@
 
 #include "comm/wait.cuh"
 
+/* Thread 0's wait for the round after generation `gen` (both barrier forms
+ * below): 1 when the generation moved (acquired), 0 when the abort flag was
+ * set or the deadline passed (recorded in ctx.status as MEGAMOE_ERR_TIMEOUT
+ * at MM_SITE_GRID_BARRIER: peer -1, detail = gen, seen = CTAs arrived, want
+ * = ctas). */
+MM_DEVICE int mm_grid_spin_round(mm_grid_barrier_state* gb, uint32_t gen, uint32_t ctas, const mm_wait_ctx& ctx) {
+  const mm_deadline d = mm_deadline_start(ctx.timeout_ns);
+  for (uint32_t spin = 1;; ++spin) {
+    /* Relaxed polls, one acquire (comm/wait.cuh, mm_wait_counter_geq). */
+    if (mm_ld_relaxed_gpu_u32(&gb->generation) != gen) {
+      (void)mm_ld_acquire_gpu_u32(&gb->generation);
+      return 1;
+    }
+    if ((spin & 31u) == 0) {
+      if (ctx.abort_flag && *ctx.abort_flag) return 0;
+      if (mm_deadline_passed(d)) {
+        if (ctx.status)
+          mm_record_error_waited(ctx.status, MEGAMOE_ERR_TIMEOUT, MM_SITE_GRID_BARRIER, -1, (int)gen,
+                                 mm_ld_relaxed_gpu_u32(&gb->arrived), ctas, mm_globaltimer_ns() - d.start_ns);
+        return 0;
+      }
+    }
+  }
+}
+
 /* The grid barrier above. ctx: the status record (may be NULL: nothing is
  * recorded), the deadline, and an optional abort flag (another role gave up:
  * return false at once, nothing recorded); ctx.site is ignored. */
@@ -47,28 +72,7 @@ MM_DEVICE bool mm_grid_barrier(mm_grid_barrier_state* gb, const mm_wait_ctx& ctx
       mm_st_relaxed_gpu_u32(&gb->arrived, 0u);
       mm_st_release_gpu_u32(&gb->generation, gen + 1);
     } else {
-      const mm_deadline d = mm_deadline_start(ctx.timeout_ns);
-      for (uint32_t spin = 1;; ++spin) {
-        /* Relaxed polls, one acquire (comm/wait.cuh, mm_wait_counter_geq). */
-        if (mm_ld_relaxed_gpu_u32(&gb->generation) != gen) {
-          (void)mm_ld_acquire_gpu_u32(&gb->generation);
-          break;
-        }
-        if ((spin & 31u) == 0) {
-          if (ctx.abort_flag && *ctx.abort_flag) {
-            passed = 0;
-            break;
-          }
-          if (mm_deadline_passed(d)) {
-            if (ctx.status)
-              mm_record_error_waited(ctx.status, MEGAMOE_ERR_TIMEOUT, MM_SITE_GRID_BARRIER, -1, (int)gen,
-                                     mm_ld_relaxed_gpu_u32(&gb->arrived), ctas,
-                                     mm_globaltimer_ns() - d.start_ns);
-            passed = 0;
-            break;
-          }
-        }
-      }
+      passed = mm_grid_spin_round(gb, gen, ctas, ctx);
     }
   }
   /* A CTA barrier that also hands thread 0's answer to every thread (bar.red
@@ -112,29 +116,8 @@ MM_DEVICE uint32_t mm_grid_arrive(mm_grid_barrier_state* gb, bool* last) {
  * abort flag and timeout record. True when the round completed. */
 MM_DEVICE bool mm_grid_wait_round(mm_grid_barrier_state* gb, uint32_t gen, const mm_wait_ctx& ctx) {
   int passed = 1; /* thread 0's answer; the other threads vote 1 */
-  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-    const mm_deadline d = mm_deadline_start(ctx.timeout_ns);
-    for (uint32_t spin = 1;; ++spin) {
-      if (mm_ld_relaxed_gpu_u32(&gb->generation) != gen) {
-        (void)mm_ld_acquire_gpu_u32(&gb->generation);
-        break;
-      }
-      if ((spin & 31u) == 0) {
-        if (ctx.abort_flag && *ctx.abort_flag) {
-          passed = 0;
-          break;
-        }
-        if (mm_deadline_passed(d)) {
-          if (ctx.status)
-            mm_record_error_waited(ctx.status, MEGAMOE_ERR_TIMEOUT, MM_SITE_GRID_BARRIER, -1, (int)gen,
-                                   mm_ld_relaxed_gpu_u32(&gb->arrived), gridDim.x * gridDim.y * gridDim.z,
-                                   mm_globaltimer_ns() - d.start_ns);
-          passed = 0;
-          break;
-        }
-      }
-    }
-  }
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
+    passed = mm_grid_spin_round(gb, gen, gridDim.x * gridDim.y * gridDim.z, ctx);
   return __syncthreads_and(passed) != 0;
 }
 

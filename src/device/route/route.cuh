@@ -337,8 +337,6 @@ MM_DEVICE const uint16_t* mm_combine_row(const mm_layer_view& L, int64_t token_s
 #define MM_REDUCE_STEPS 2
 static_assert(MM_COMBINE_UNIT_COLS == 32 * 8 * MM_REDUCE_STEPS, "a unit is one 16-byte load per lane and step");
 
-MM_DEVICE int mm_combine_units_per_token(const mm_layer_view& L) { return mm_combine_units(L.hidden); }
-
 /* Bit k: slot k of token t is routed (not masked). */
 MM_DEVICE uint32_t mm_token_live_slots(const mm_forward_view& F, int64_t t, int K) {
   uint32_t live = 0;
@@ -410,7 +408,7 @@ MM_DEVICE bool mm_reduce_tokens(const mm_layer_view& L, const mm_forward_view& F
                                 bool early = false) {
   const int lane = threadIdx.x & 31;
   const int H = L.hidden, K = L.top_k;
-  const int chunks = mm_combine_units_per_token(L);
+  const int chunks = mm_combine_units(L.hidden);
   const int64_t units = (int64_t)F.num_tokens * chunks;
   const int64_t stride = (int64_t)gridDim.x * warps;
   const int32_t* arrived = mm_sym<int32_t>(L, L.rank, MM_SYM_COMBINE_ARRIVED);
@@ -448,7 +446,7 @@ MM_DEVICE bool mm_reduce_tokens(const mm_layer_view& L, const mm_forward_view& F
 MM_DEVICE void mm_copy_reduced(const mm_layer_view& L, const mm_forward_view& F, int warp, int warps) {
   const int lane = threadIdx.x & 31;
   const int H = L.hidden, K = L.top_k;
-  const int chunks = mm_combine_units_per_token(L);
+  const int chunks = mm_combine_units(L.hidden);
   const int64_t units = (int64_t)F.num_tokens * chunks;
   const int64_t stride = (int64_t)gridDim.x * warps;
   const uint16_t* staged = mm_sym<uint16_t>(L, L.rank, MM_SYM_COMBINE);

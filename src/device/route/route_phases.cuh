@@ -110,7 +110,7 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
    * barriers below) is cumulative over these stores. */
   if (MM_EARLY_COMBINE && F.early_combine) {
     int32_t* arrived = mm_sym<int32_t>(L, L.rank, MM_SYM_COMBINE_ARRIVED);
-    const int64_t n = (int64_t)F.num_tokens * mm_combine_units_per_token(L);
+    const int64_t n = (int64_t)F.num_tokens * mm_combine_units(L.hidden);
     for (int64_t i = (int64_t)blockIdx.x * nthreads + threadIdx.x; i < n; i += (int64_t)gridDim.x * nthreads)
       arrived[i] = 0;
   }
