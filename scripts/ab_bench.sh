@@ -5,7 +5,7 @@
 #   scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] "DEFS_A" "DEFS_B" BENCH_ARGS...
 #
 # DEFS_A / DEFS_B: nvcc macros of each build ("" for the default build),
-# e.g. "" "-DMM_FUSED_L1_PENDING_MAX=2". The builds go to build_ab_a and
+# e.g. "" "-DMM_EARLY_COMBINE=1". The builds go to build_ab_a and
 # build_ab_b (reused when their macros match; make does not track macros),
 # in parallel. Then `megamoe bench BENCH_ARGS` runs N times per build
 # (default 2), alternating A B B A A B ..., each run's table rows printed

@@ -362,87 +362,35 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
  * this very counter (the single-wave order's first L2 tile depends on the
  * CTA's own last L1 tiles). Tiles of one L1 unit never wait on each other,
  * and the lag order keeps an L2 task >= lag units behind. */
-/* MM_FUSED_L1_PENDING_MAX tiles may wait (docs/PERF.md, sixteenth session):
- * with 2, both are published after the mainloop of the L1 tile that finds
- * two pending, one proxy fence, math barrier and membar for two tiles; the
- * three rules (before an L2 task, at the end, a ring's length ahead) hold
- * against the older. fused.ring_simulation checks both deferrals
- * (SIM_PUBLISH_DEFERRED, SIM_PUBLISH_PAIRS) in the kernel's range of lags.
- * Built with -DMM_FUSED_L1_PENDING_MAX=2 to measure; the default 1 is the
- * kernel every GPU suite has run. */
-#ifndef MM_FUSED_L1_PENDING_MAX
-#define MM_FUSED_L1_PENDING_MAX 1
-#endif
-static_assert(MM_FUSED_L1_PENDING_MAX == 1 || MM_FUSED_L1_PENDING_MAX == 2, "one or two pending L1 tiles");
-#if MM_FUSED_L1_PENDING_MAX == 1
+/* One tile pending at a time. Two (one proxy fence, math barrier and
+ * membar per two tiles) were built and measured slower on an H100 (+8 us
+ * at 2048 tokens, no gain at 8192: docs/PERF.md, seventeenth session) and
+ * removed; fused.ring_simulation keeps that rule (SIM_PUBLISH_PAIRS) for a
+ * later design that moves the release off the math warps. */
 struct mm_fused_l1_pending {
   int64_t block0; /* -1: nothing pending */
   int32_t rows;
 };
-MM_DEVICE bool mm_fused_l1_any(const mm_fused_l1_pending& p) { return p.block0 >= 0; }
-MM_DEVICE int64_t mm_fused_l1_oldest(const mm_fused_l1_pending& p) { return p.block0; }
-MM_DEVICE bool mm_fused_l1_full(const mm_fused_l1_pending&) { return true; }
-MM_DEVICE void mm_fused_l1_push(mm_fused_l1_pending& p, int64_t block0, int32_t rows) {
-  p.block0 = block0;
-  p.rows = rows;
-}
-MM_DEVICE void mm_fused_l1_release(int32_t* l1_done, const mm_fused_l1_pending& p) {
-  mm_red_release_gpu_add_s32(l1_done + p.block0, p.rows);
-}
-MM_DEVICE void mm_fused_l1_clear(mm_fused_l1_pending& p) { p.block0 = -1; }
-#define MM_FUSED_L1_PENDING_NONE {-1, 0}
-#else
-/* Named fields, not arrays: an array indexed by the count went to local
- * memory (ptxas). */
-struct mm_fused_l1_pending {
-  int64_t block0_old, block0_new; /* the older, the newer */
-  int32_t rows_old, rows_new;
-  int32_t n;
-};
-MM_DEVICE bool mm_fused_l1_any(const mm_fused_l1_pending& p) { return p.n > 0; }
-MM_DEVICE int64_t mm_fused_l1_oldest(const mm_fused_l1_pending& p) { return p.block0_old; }
-MM_DEVICE bool mm_fused_l1_full(const mm_fused_l1_pending& p) { return p.n == 2; }
-MM_DEVICE void mm_fused_l1_push(mm_fused_l1_pending& p, int64_t block0, int32_t rows) {
-  /* Only after a publication when full (mm_fused_math): n < 2 here. */
-  if (p.n == 0) {
-    p.block0_old = block0;
-    p.rows_old = rows;
-  } else {
-    p.block0_new = block0;
-    p.rows_new = rows;
-  }
-  ++p.n;
-}
-/* Two tiles of one m-block (consecutive N-tiles of a unit: the usual case)
- * count with one add. */
-MM_DEVICE void mm_fused_l1_release(int32_t* l1_done, const mm_fused_l1_pending& p) {
-  const bool merged = p.n == 2 && p.block0_old == p.block0_new;
-  mm_red_release_gpu_add_s32(l1_done + p.block0_old, merged ? p.rows_old + p.rows_new : p.rows_old);
-  if (p.n == 2 && !merged) mm_red_release_gpu_add_s32(l1_done + p.block0_new, p.rows_new);
-}
-MM_DEVICE void mm_fused_l1_clear(mm_fused_l1_pending& p) { p.n = 0; }
-#define MM_FUSED_L1_PENDING_NONE {-1, -1, 0, 0, 0}
-#endif
 
-/* Every math thread: L1_DONE for the pending tiles, if any. Their fp8 codes
+/* Every math thread: L1_DONE for the pending tile, if any. Its fp8 codes
  * and scales (a TMA store's completion first: usually long done, as the
  * publication follows the next tile's mainloop; waited in full where an L2
  * task or the ring's distance publishes it first), then the async-proxy
  * fence (an L2 producer's TMA reads them next), the math threads' barrier,
- * one release that is cumulative over them (two adds for two blocks). */
+ * one release that is cumulative over them. */
 MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, int32_t* l1_done, mm_fused_l1_pending& pend) {
-  if (!mm_fused_l1_any(pend)) return;
-  /* The pending tiles' TMA stores written (thread 0 issued them, one bulk
-   * group per tile; it has no other: the next L1 tile's epilogue comes after
-   * this publication). */
+  if (pend.block0 < 0) return;
+  /* The pending tile's TMA store written (thread 0 issued it, one bulk
+   * group; it has no other: the next L1 tile's epilogue comes after this
+   * publication). */
   if (threadIdx.x == 0) mm_bulk_wait_group<0>();
   mm_fence_proxy_async_global();
   mm_gemm_math_barrier();
   if (threadIdx.x == 0) {
-    mm_fused_l1_release(l1_done, pend);
+    mm_red_release_gpu_add_s32(l1_done + pend.block0, pend.rows);
     mm_tl_stamp(L, MM_TL_L1_MATH_END);
   }
-  mm_fused_l1_clear(pend);
+  pend.block0 = -1;
 }
 
 template <class T1, class T2>
@@ -462,7 +410,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
    * pending, and an L2 task publishes it before its mainloop
    * (mm_fused_publish_l1: thread 0's wait_group 0, then a math barrier).
    * The same tasks in every math thread: the waits are uniform. */
-  mm_fused_l1_pending pend = MM_FUSED_L1_PENDING_NONE;
+  mm_fused_l1_pending pend = {-1, 0};
   /* Timeline of the math warps' parts (thread 0 only): compiled in only with
    * -DMM_FUSED_MATH_TIMELINE=1 (it costs the kernel ~60 B more spills), e.g.
    * make BUILD=build_tl NVCC="nvcc -DMM_FUSED_MATH_TIMELINE=1" build_tl/megamoe,
@@ -502,14 +450,14 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
        * ring; never with the stride order, 132 CTAs and the ring's minimum;
        * possible with the dynamic claim, where a CTA's consecutive tasks can
        * be far apart). */
-      if (mm_fused_l1_any(pend) && task.block0 + 1 >= mm_fused_l1_oldest(pend) + s->order.ring_blocks)
+      if (pend.block0 >= 0 && task.block0 + 1 >= pend.block0 + s->order.ring_blocks)
         mm_fused_publish_l1(L, l1_done, pend);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
       float acc[T1::kWaves][64];
       const bool mine = mm_gemm_consume_tile<T1, true>(sm1, pipe, p1, ti, wg, acc);
       if (!mm_gemm_math_vote_ok(sm1, mine)) return;
       lap(MM_TL_MATH_L1);
-      if (mm_fused_l1_full(pend)) mm_fused_publish_l1(L, l1_done, pend);
+      mm_fused_publish_l1(L, l1_done, pend);
       lap(MM_TL_MATH_L1_PUB);
       if (mm_gemm_swiglu_staged<T1>(p1, ti, tm_out1) && l2_tiles > 0) {
         /* A give-up (the abort word is set) must not overwrite what the
@@ -519,7 +467,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
         if (!mm_gemm_math_vote_ok(sm1, read_out)) return;
       }
       mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_out1);
-      mm_fused_l1_push(pend, task.block0, task.rows);
+      pend = mm_fused_l1_pending{task.block0, task.rows};
       lap(MM_TL_MATH_L1_EPI);
     } else {
       mm_fused_publish_l1(L, l1_done, pend);
