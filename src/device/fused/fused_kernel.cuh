@@ -363,10 +363,11 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
  * CTA's own last L1 tiles). Tiles of one L1 unit never wait on each other,
  * and the lag order keeps an L2 task >= lag units behind. */
 /* One tile pending at a time. Two (one proxy fence, math barrier and
- * membar per two tiles) were built and measured slower on an H100 (+8 us
- * at 2048 tokens, no gain at 8192: docs/PERF.md, seventeenth session) and
- * removed; fused.ring_simulation keeps that rule (SIM_PUBLISH_PAIRS) for a
- * later design that moves the release off the math warps. */
+ * membar per two tiles) were built and, beside the early-combine option,
+ * measured slower on an H100 (its own share about +8 us at 2048 tokens, no
+ * gain at 8192: docs/PERF.md, seventeenth session), so removed;
+ * fused.ring_simulation keeps that rule (SIM_PUBLISH_PAIRS) for a later
+ * design that moves the release off the math warps. */
 struct mm_fused_l1_pending {
   int64_t block0; /* -1: nothing pending */
   int32_t rows;
