@@ -149,7 +149,7 @@ static int cmp_u64(const void* x, const void* y) {
 
 static int print_timeline(const megamoe_layer* layer, const char* arm, int64_t T, int rank) {
   static const char* const names[] = {
-      "k1 start", "counted", "published", "laid out (barrier 0)", "stream built", "tasks decoded", "roles start",
+      "k1 start", "counted", "published", "barrier 0 (CTA 0)", "layout (CTA 0)", "laid out", "stream built", "tasks decoded", "roles start",
       "pull end", "L1 first load", "L1 first tile issued", "L1 last tile issued", "L1 math end", "k2 start / 1st L2",
       "L2 math end", "pushed", "combined (barrier 1)",
       "reduced", "[sum] wait pulled", "[sum] wait L1 done", "[sum] wait ring slot", "[sum] copy wait pull",

@@ -87,6 +87,8 @@ enum mm_timeline_event {
   MM_TL_K1_START = 0,    /* kernel 1 entered */
   MM_TL_COUNTED,         /* grid barrier after validation and counts */
   MM_TL_PUBLISHED,       /* grid barrier after the routing lists were published */
+  MM_TL_BARRIER0,        /* CTA 0 passed all-rank barrier 0 (the layout follows) */
+  MM_TL_LAYOUT,          /* CTA 0 wrote the pool layout (the grid barrier follows) */
   MM_TL_LAID_OUT,        /* grid barrier after all-rank barrier 0 and the pool layout */
   MM_TL_STREAM_BUILT,    /* fused: the task stream built (the CTA barrier after it) */
   MM_TL_TASKS_DECODED,   /* fused: warp 0's share of the CTA's task cache decoded (before the prologue) */

@@ -91,32 +91,26 @@ MM_DEVICE void mm_route_count_expert(const mm_layer_view& L, const mm_forward_vi
  * (base: the slots of d's earlier local experts), in (token, slot) order.
  * After an error of this forward (`failed`) it publishes a zero count, so no
  * peer pulls anything (the error travels with the barrier flag). Each warp
- * takes a contiguous chunk of the slots and reads it twice, 32 slots at a
- * step (count; then write each match at its warp's prefix plus the matches
- * of lower lanes), so consecutive entries are written by consecutive lanes.
- * All threads; scratch: 32 ints. */
-MM_DEVICE void mm_route_publish_expert(const mm_layer_view& L, const mm_forward_view& F, int e, bool failed,
-                                       int* scratch) {
+ * takes a contiguous chunk of the slots (mm_warp_chunk) and reads it 32
+ * slots at a step, writing each match at its warp's prefix plus the matches
+ * of lower lanes, so consecutive entries are written by consecutive lanes.
+ * warp_count: the calling warp's matches in its chunk (every lane). All
+ * threads; scratch: 32 ints. */
+MM_DEVICE void mm_route_publish_at(const mm_layer_view& L, const mm_forward_view& F, int e, int base,
+                                   int warp_count, bool failed, int* scratch) {
   const int dest = e / L.local_experts, le = e % L.local_experts;
-  const int32_t* counts = mm_ws<int32_t>(L, MM_WS_EXPERT_TOKENS);
-  /* base: the slots of dest's local experts before e (all threads add). */
-  int before = 0;
-  for (int j = dest * L.local_experts + (int)threadIdx.x; j < e; j += blockDim.x) before += counts[j];
-  int base;
-  mm_block_exclusive_scan(before, scratch, &base);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  int total;
+  int pos = base + mm_block_exclusive_scan(lane == 0 ? warp_count : 0, scratch, &total);
   if (threadIdx.x == 0)
-    mm_sym<int32_t>(L, dest, MM_SYM_ROUTE_COUNTS)[L.rank * L.local_experts + le] = failed ? 0 : counts[e];
+    mm_sym<int32_t>(L, dest, MM_SYM_ROUTE_COUNTS)[L.rank * L.local_experts + le] = failed ? 0 : total;
   if (failed) return;
   mm_route_entry* entries =
       mm_sym<mm_route_entry>(L, dest, MM_SYM_ROUTE_ENTRIES) + (int64_t)L.rank * L.max_tokens * L.top_k;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   int64_t lo, hi;
   mm_warp_chunk((int64_t)F.num_tokens * L.top_k, warp, warps, &lo, &hi);
-  const int count = mm_route_warp_count(F, lo, hi, e);
-  int total;
-  int pos = base + mm_block_exclusive_scan(lane == 0 ? count : 0, scratch, &total);
   pos = __shfl_sync(0xffffffffu, pos, 0);
-  const int end = pos + count; /* warp-uniform: the loop stops after the warp's last match */
+  const int end = pos + warp_count; /* warp-uniform: the loop stops after the warp's last match */
   const uint32_t lower = (1u << lane) - 1u;
   for (int64_t step0 = lo; step0 < hi && pos < end; step0 += 32 * MM_ROUTE_BATCH) {
     int32_t v[MM_ROUTE_BATCH];
@@ -136,6 +130,58 @@ MM_DEVICE void mm_route_publish_expert(const mm_layer_view& L, const mm_forward_
       pos += __popc(hits);
     }
   }
+}
+
+/* Expert e published from the counts of the count pass (MM_WS_EXPERT_TOKENS,
+ * written by every CTA before a grid barrier or kernel boundary). */
+MM_DEVICE void mm_route_publish_expert(const mm_layer_view& L, const mm_forward_view& F, int e, bool failed,
+                                       int* scratch) {
+  const int dest = e / L.local_experts;
+  const int32_t* counts = mm_ws<int32_t>(L, MM_WS_EXPERT_TOKENS);
+  /* base: the slots of dest's local experts before e (all threads add). */
+  int before = 0;
+  for (int j = dest * L.local_experts + (int)threadIdx.x; j < e; j += blockDim.x) before += counts[j];
+  int base;
+  mm_block_exclusive_scan(before, scratch, &base);
+  int64_t lo, hi;
+  mm_warp_chunk((int64_t)F.num_tokens * L.top_k, threadIdx.x >> 5, blockDim.x >> 5, &lo, &hi);
+  mm_route_publish_at(L, F, e, base, mm_route_warp_count(F, lo, hi, e), failed, scratch);
+}
+
+/* Whether one CTA reads all T*K slots in one batch per warp (a single round
+ * trip): then each CTA finds its experts' bases itself
+ * (mm_route_publish_expert_scanned) and the routing needs no count pass. */
+MM_DEVICE bool mm_route_one_scan(const mm_forward_view& F, int top_k) {
+  return (int64_t)F.num_tokens * top_k <= (int64_t)32 * MM_ROUTE_BATCH * (blockDim.x >> 5);
+}
+
+/* Expert e published without the count pass: the calling CTA scans every
+ * slot itself, counting in one read the slots of dest's local experts before
+ * e (the base), e's own (the entries) and any index the validation rejects
+ * (mm_route_validate, which records the error: then `failed` holds here as
+ * the status record would say after the count pass's grid barrier, and the
+ * count published is 0). The same counts, so the same pool, as
+ * mm_route_publish_expert. All threads; scratch: 32 ints. */
+MM_DEVICE void mm_route_publish_expert_scanned(const mm_layer_view& L, const mm_forward_view& F, int e,
+                                               bool failed, int* scratch) {
+  const int first = e / L.local_experts * L.local_experts;
+  int64_t lo, hi;
+  mm_warp_chunk((int64_t)F.num_tokens * L.top_k, threadIdx.x >> 5, blockDim.x >> 5, &lo, &hi);
+  int before = 0, count = 0, bad = 0;
+  for (int64_t step0 = lo; step0 < hi; step0 += 32 * MM_ROUTE_BATCH) {
+    int32_t v[MM_ROUTE_BATCH];
+    mm_route_load_batch(F, step0, hi, v); /* -1 past hi: neither counted nor bad */
+#pragma unroll
+    for (int b = 0; b < MM_ROUTE_BATCH; ++b) {
+      before += __popc(__ballot_sync(0xffffffffu, v[b] >= first && v[b] < e));
+      count += __popc(__ballot_sync(0xffffffffu, v[b] == e));
+      bad |= v[b] < -1 || v[b] >= L.num_experts;
+    }
+  }
+  failed = __syncthreads_or(bad) != 0 || failed;
+  int base;
+  mm_block_exclusive_scan((threadIdx.x & 31) == 0 ? before : 0, scratch, &base);
+  mm_route_publish_at(L, F, e, base, count, failed, scratch);
 }
 
 /* Pool layout from every source's published counts, by ONE CTA (any
@@ -166,9 +212,11 @@ MM_DEVICE void mm_pool_layout_cta_cap(const mm_layer_view& L, int* scratch, int 
   /* Padded rows of this thread's experts, then their offsets. */
   int padded_sum = 0;
   for (int64_t le = lo; le < hi; ++le) {
+    /* The counts are read beside the status word, not after it: one round
+     * trip to L2 on this CTA's critical path instead of two. */
     int rows = 0;
-    if (!failed)
-      for (int s = 0; s < R; ++s) rows += route_counts[s * El + le];
+    for (int s = 0; s < R; ++s) rows += route_counts[s * El + le];
+    if (failed) rows = 0;
     padded_sum += (rows + MM_POOL_ROW_ALIGN - 1) / MM_POOL_ROW_ALIGN * MM_POOL_ROW_ALIGN;
   }
   int total;
@@ -337,11 +385,13 @@ MM_DEVICE const uint16_t* mm_combine_row(const mm_layer_view& L, int64_t token_s
 #define MM_REDUCE_STEPS 2
 static_assert(MM_COMBINE_UNIT_COLS == 32 * 8 * MM_REDUCE_STEPS, "a unit is one 16-byte load per lane and step");
 
-/* Bit k: slot k of token t is routed (not masked). */
+/* Bit k: slot k of token t is routed (not masked). The whole warp: lane k
+ * loads slot k (K <= MEGAMOE_MAX_TOP_K <= 32), so the mask costs one round
+ * trip to memory, not K dependent ones (the ids are evicted from L2 by the
+ * weight stream by the time the tail reads them). */
 MM_DEVICE uint32_t mm_token_live_slots(const mm_forward_view& F, int64_t t, int K) {
-  uint32_t live = 0;
-  for (int k = 0; k < K; ++k) live |= (uint32_t)(mm_topk_at(F, t * K + k) >= 0) << k;
-  return live;
+  const int lane = threadIdx.x & 31;
+  return __ballot_sync(0xffffffffu, lane < K && mm_topk_at(F, t * K + lane) >= 0);
 }
 
 /* One unit (token t, columns from c0 = unit_col0 + lane * 8, two 256-column

@@ -7,6 +7,8 @@
  *   B  publish each expert's routed list to its rank; the fused arm's CTA 0
  *      also writes (T, bound) of this call into slot `rank` of every rank's
  *      call table (MM_SYM_CALL_TOKENS)                            grid barrier
+ *      (At decode sizes, mm_route_one_scan, B runs inside A: each CTA scans
+ *      every slot itself instead of reading the counts, one barrier less.)
  *   C  CTA 0: all-rank barrier 0 (routing published); the fused arm's
  *      num_tokens_bound verdict on the call table; the pool layout
  *                                                                grid barrier
@@ -82,6 +84,17 @@ MM_DEVICE void mm_grid_copy_bytes(uint8_t* dst, const uint8_t* src, int64_t n) {
   }
 }
 
+/* What phase B publishes besides the routed lists, by CTA 0: the fused
+ * arm's call table entry, and this call's combine order for the expert
+ * ranks' copy warps. Both are read after barrier 0, like the route counts,
+ * and rewritten in forward n + 1 only after barrier 1 of n, which the
+ * readers pass after their last read. */
+MM_DEVICE void mm_route_publish_call(const mm_layer_view& L, const mm_forward_view& F, const mm_route_hooks& h) {
+  if (blockIdx.x != 0 || (int)threadIdx.x >= L.num_ranks) return;
+  if (h.has_call) mm_sym<mm_call_tokens>(L, (int)threadIdx.x, MM_SYM_CALL_TOKENS)[L.rank] = h.call;
+  if (MM_EARLY_COMBINE) mm_sym<int32_t>(L, (int)threadIdx.x, MM_SYM_COMBINE_ORDER)[L.rank] = F.early_combine != 0;
+}
+
 /* Phases A-C, all threads of every CTA. False when a grid barrier gave up
  * (deadline): the caller skips to the end of the forward. scratch: >= 33
  * ints of shared memory. */
@@ -103,7 +116,20 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
   const int64_t slots = (int64_t)F.num_tokens * L.top_k;
   for (int64_t i = (int64_t)blockIdx.x * nthreads + threadIdx.x; i < slots; i += (int64_t)gridDim.x * nthreads)
     mm_route_validate(L, F, i, i + 1);
-  for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_count_expert(L, F, e, scratch);
+  /* Decode sizes: phases A and B in one (every CTA reads all slots in one
+   * round trip and publishes its experts at once; one grid barrier less).
+   * `failed` is then what the status record holds after phase A's barrier:
+   * the host's injected error, a dead layer, or a bad index (which every
+   * CTA's scan sees, and the validation above records). */
+  const bool one_scan = mm_route_one_scan(F, L.top_k);
+  if (one_scan) {
+    const bool failed = F.injected_error != 0 || mm_dead(st);
+    for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x)
+      mm_route_publish_expert_scanned(L, F, e, failed, scratch);
+    mm_route_publish_call(L, F, h);
+  } else {
+    for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_count_expert(L, F, e, scratch);
+  }
   for (int i = blockIdx.x * nthreads + threadIdx.x; i < h.clear_count; i += gridDim.x * nthreads) h.clear[i] = 0;
   /* The early combine's arrival counters of this call's tokens: the expert
    * ranks add to them only after barrier 0, whose release (after the grid
@@ -124,24 +150,21 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
                        (int64_t)F.num_tokens * (L.hidden / 128) * 4);
   if (!mm_grid_barrier(gb, gctx)) return false;
   if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_COUNTED);
-  /* B: publish (every CTA sees the same `failed`: the errors of phase A
-   * precede the grid barrier). */
-  const bool failed = mm_failed(st);
-  for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_publish_expert(L, F, e, failed, scratch);
-  if (h.has_call && blockIdx.x == 0 && (int)threadIdx.x < L.num_ranks)
-    mm_sym<mm_call_tokens>(L, (int)threadIdx.x, MM_SYM_CALL_TOKENS)[L.rank] = h.call;
-  /* This call's combine order, for the expert ranks' copy warps (read after
-   * barrier 0, like the call table; rewritten in forward n + 1 only after
-   * barrier 1 of n, which the readers pass after their last copy). */
-  if (MM_EARLY_COMBINE && blockIdx.x == 0 && (int)threadIdx.x < L.num_ranks)
-    mm_sym<int32_t>(L, (int)threadIdx.x, MM_SYM_COMBINE_ORDER)[L.rank] = F.early_combine != 0;
-  if (!mm_grid_barrier(gb, gctx)) return false;
-  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_PUBLISHED);
+  if (!one_scan) {
+    /* B: publish (every CTA sees the same `failed`: the errors of phase A
+     * precede the grid barrier). */
+    const bool failed = mm_failed(st);
+    for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_publish_expert(L, F, e, failed, scratch);
+    mm_route_publish_call(L, F, h);
+    if (!mm_grid_barrier(gb, gctx)) return false;
+  }
+  if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_PUBLISHED); /* = COUNTED in one-scan calls */
   /* C: the routing of every rank is published here once barrier 0 passes. */
   if (blockIdx.x == 0) {
     if (threadIdx.x < 32)
       mm_barrier_thread(L, st, mm_barrier_value(mm_forward_number(st), 0), MM_SITE_BARRIER_DISPATCH);
     __syncthreads();
+    if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_BARRIER0);
     if (h.has_call) {
       /* The verdict is recorded before the layout reads `failed`: a bound
        * that lies lays out an empty pool (no pull, no task). */
@@ -149,6 +172,7 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
       __syncthreads();
     }
     mm_pool_layout_cta_cap(L, scratch, h.capacity, h.capacity_site);
+    if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_LAYOUT);
   }
   if (!mm_grid_barrier(gb, gctx)) return false;
   if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_LAID_OUT);
