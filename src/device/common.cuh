@@ -217,6 +217,20 @@ MM_DEVICE uint64_t mm_globaltimer_ns() {
 }
 
 /* ---- Block and warp helpers --------------------------------------------- */
+/* Exclusive prefix sum of one value per lane over the calling warp (all 32
+ * lanes); *total gets the warp's sum. No CTA barrier. */
+MM_DEVICE int mm_warp_exclusive_scan(int v, int* total) {
+  const int lane = threadIdx.x & 31;
+  int inc = v;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, inc, d);
+    if (lane >= d) inc += n;
+  }
+  *total = __shfl_sync(0xffffffffu, inc, 31);
+  return inc - v;
+}
+
 /* Exclusive prefix sum of one value per thread over a block of up to 1024
  * threads (blockDim.x a multiple of 32). Returns the exclusive prefix and
  * writes the block total. `scratch` holds 32 ints. Ends with a barrier. */

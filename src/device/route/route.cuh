@@ -184,6 +184,65 @@ MM_DEVICE void mm_route_publish_expert_scanned(const mm_layer_view& L, const mm_
   mm_route_publish_at(L, F, e, base, count, failed, scratch);
 }
 
+/* The too-many-tokens record of the layout, by the expert whose padded
+ * range [offset, offset + padded) crosses the capacity (its details: see
+ * mm_pool_layout_cta_cap). */
+MM_DEVICE void mm_pool_layout_overflow(const mm_layer_view& L, mm_device_status* st, int le, int offset,
+                                       int padded, int total, int capacity, int site) {
+  if (offset > capacity || offset + padded <= capacity) return;
+  if (site == MM_SITE_POOL)
+    mm_record_error(st, MEGAMOE_ERR_TOO_MANY_TOKENS, site, -1, L.rank * L.local_experts + le, (uint64_t)total,
+                    (uint64_t)capacity);
+  else
+    mm_record_error(st, MEGAMOE_ERR_TOO_MANY_TOKENS, site, -1, L.rank * L.local_experts + le,
+                    (uint64_t)(total / MM_POOL_ROW_ALIGN), (uint64_t)(capacity / MM_POOL_ROW_ALIGN));
+}
+
+/* mm_pool_layout_cta_cap where E_l <= 32, by warp 0 alone (lane = local
+ * expert): the same values from warp shuffles, every count loaded once
+ * beside the status word, no CTA barrier on the calling CTA's path. */
+MM_DEVICE void mm_pool_layout_warp(const mm_layer_view& L, int capacity, int site) {
+  if (threadIdx.x >= 32) return;
+  mm_device_status* st = mm_status(L);
+  const int El = L.local_experts, R = L.num_ranks, le = threadIdx.x;
+  const bool mine = le < El;
+  const int32_t* route_counts = mm_sym<int32_t>(L, L.rank, MM_SYM_ROUTE_COUNTS);
+  int count[MM_MAX_RANKS];
+#pragma unroll
+  for (int s = 0; s < MM_MAX_RANKS; ++s) count[s] = mine && s < R ? route_counts[s * El + le] : 0;
+  const bool failed = mm_failed(st);
+  int rows = 0;
+#pragma unroll
+  for (int s = 0; s < MM_MAX_RANKS; ++s) {
+    if (failed) count[s] = 0;
+    rows += count[s];
+  }
+  const int padded = (rows + MM_POOL_ROW_ALIGN - 1) / MM_POOL_ROW_ALIGN * MM_POOL_ROW_ALIGN;
+  int total;
+  const int offset = mm_warp_exclusive_scan(padded, &total);
+  const bool overflow = total > capacity;
+  if (overflow && mine) mm_pool_layout_overflow(L, st, le, offset, padded, total, capacity, site);
+  int32_t* src_start = mm_ws<int32_t>(L, MM_WS_POOL_SRC_START);
+  int32_t* route_base = mm_ws<int32_t>(L, MM_WS_ROUTE_BASE);
+  if (mine) {
+    mm_ws<int32_t>(L, MM_WS_POOL_OFFSET)[le] = overflow ? 0 : offset;
+    mm_ws<int32_t>(L, MM_WS_POOL_COUNT)[le] = overflow ? 0 : rows;
+  }
+  if (le == 0) mm_ws<int32_t>(L, MM_WS_POOL_OFFSET)[El] = overflow ? 0 : total;
+  int start = offset;
+#pragma unroll
+  for (int s = 0; s < MM_MAX_RANKS; ++s) {
+    if (s >= R) break;
+    int all;
+    const int base = mm_warp_exclusive_scan(count[s], &all); /* entry base of (s, le) in s's list */
+    if (mine) {
+      src_start[le * R + s] = start;
+      route_base[s * El + le] = base;
+    }
+    start += count[s];
+  }
+}
+
 /* Pool layout from every source's published counts, by ONE CTA (any
  * blockDim, multiple of 32; E_l up to MEGAMOE_MAX_LOCAL_EXPERTS): expert le's
  * rows start at pool_offset[le] (a multiple of MM_POOL_ROW_ALIGN), sources in
@@ -195,9 +254,15 @@ MM_DEVICE void mm_route_publish_expert_scanned(const mm_layer_view& L, const mm_
  * pool_imbalance): detail the first expert that does not fit, seen / want
  * the rows. Site MM_SITE_RING (the fused arm, whose pool is virtual: capacity
  * the ring in the single-wave order, the per-block counters in the lag
- * order): seen / want in 128-row blocks. Each thread takes a contiguous
- * chunk of experts. scratch: 32 ints. */
+ * order): seen / want in 128-row blocks. Where E_l <= 32, warp 0 alone
+ * (mm_pool_layout_warp: 4.1 -> 2.6 us at decode, docs/PERF.md eighteenth
+ * session); else each thread takes a contiguous chunk of experts.
+ * scratch: 32 ints. */
 MM_DEVICE void mm_pool_layout_cta_cap(const mm_layer_view& L, int* scratch, int capacity, int site) {
+  if (L.local_experts <= 32) {
+    mm_pool_layout_warp(L, capacity, site);
+    return;
+  }
   mm_device_status* st = mm_status(L);
   const bool failed = mm_failed(st);
   const int El = L.local_experts, R = L.num_ranks;
@@ -227,14 +292,7 @@ MM_DEVICE void mm_pool_layout_cta_cap(const mm_layer_view& L, int* scratch, int 
     if (!failed)
       for (int s = 0; s < R; ++s) rows += route_counts[s * El + le];
     const int padded = (rows + MM_POOL_ROW_ALIGN - 1) / MM_POOL_ROW_ALIGN * MM_POOL_ROW_ALIGN;
-    if (overflow && offset <= capacity && offset + padded > capacity) {
-      if (site == MM_SITE_POOL)
-        mm_record_error(st, MEGAMOE_ERR_TOO_MANY_TOKENS, site, -1, L.rank * El + (int)le, (uint64_t)total,
-                        (uint64_t)capacity);
-      else
-        mm_record_error(st, MEGAMOE_ERR_TOO_MANY_TOKENS, site, -1, L.rank * El + (int)le,
-                        (uint64_t)(total / MM_POOL_ROW_ALIGN), (uint64_t)(capacity / MM_POOL_ROW_ALIGN));
-    }
+    if (overflow) mm_pool_layout_overflow(L, st, (int)le, offset, padded, total, capacity, site);
     pool_offset[le] = overflow ? 0 : offset;
     pool_count[le] = overflow ? 0 : rows;
     int start = offset;
