@@ -104,8 +104,10 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
   mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
   const mm_wait_ctx gctx = mm_persistent_grid_ctx(L);
   const int nthreads = blockDim.x;
-  /* A: start (one thread, before anything reads the record: the others read
-   * it only after the first grid barrier), validation, counts, counters. */
+  /* A: start (one thread, before anything reads this forward's errors: the
+   * others read them only after the first grid barrier; the one-scan path
+   * reads only `dead`, which mm_forward_start never writes), validation,
+   * counts, counters. */
   if (blockIdx.x == 0 && threadIdx.x == 0) mm_forward_start(st, F.injected_error);
   if (threadIdx.x == 0) {
     mm_tl_stamp(L, MM_TL_K1_START);
@@ -227,7 +229,10 @@ MM_DEVICE void mm_persistent_combine_tail(const mm_layer_view& L, const mm_forwa
   /* One call site (the fused kernel's tail is compiled under its roles'
    * register pressure). Early: a forward that already failed reduces
    * nothing (its rows may never come); a failure while reducing ends the
-   * waits. */
+   * waits. mm_reduce_tokens is a warp collective (ballot, shuffles): the
+   * lanes of a warp read `failed` together here. In the early order barrier
+   * 1 may record an error meanwhile, and lanes that disagreed would split
+   * the warp (docs/PERF.md eighteenth session, Next: read it once per warp). */
   if (ok && !mm_failed(st)) (void)mm_reduce_tokens(L, F, warp, warps, early);
   if (early) {
     ok = last || mm_grid_wait_round(gb, round, gctx);

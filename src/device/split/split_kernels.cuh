@@ -35,8 +35,8 @@ MM_DEVICE bool mm_split_route(const mm_layer_view& L, const mm_forward_view& F, 
   h.has_call = 0;
   h.call = mm_call_tokens{0, 0};
   /* Both GEMMs' tile counters, zeroed in phase A (before its grid
-   * barrier): the L1 GEMM claims after the third grid barrier, the L2 GEMM
-   * in kernel 2. */
+   * barrier): the L1 GEMM claims after the routing's last grid barrier
+   * (the third, or the second in one-scan calls), the L2 GEMM in kernel 2. */
   if (blockIdx.x == 0 && threadIdx.x < MM_TILE_COUNTERS) mm_ws<int32_t>(L, MM_WS_TILE_COUNTERS)[threadIdx.x] = 0;
   return mm_route_phases(L, F, h, scratch);
 }
