@@ -217,16 +217,22 @@ MM_DEVICE uint64_t mm_globaltimer_ns() {
 }
 
 /* ---- Block and warp helpers --------------------------------------------- */
+/* Inclusive prefix sum of one value per lane over the calling warp (all 32
+ * lanes). */
+MM_DEVICE int mm_warp_inclusive_scan(int v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += n;
+  }
+  return v;
+}
+
 /* Exclusive prefix sum of one value per lane over the calling warp (all 32
  * lanes); *total gets the warp's sum. No CTA barrier. */
 MM_DEVICE int mm_warp_exclusive_scan(int v, int* total) {
-  const int lane = threadIdx.x & 31;
-  int inc = v;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int n = __shfl_up_sync(0xffffffffu, inc, d);
-    if (lane >= d) inc += n;
-  }
+  const int inc = mm_warp_inclusive_scan(v);
   *total = __shfl_sync(0xffffffffu, inc, 31);
   return inc - v;
 }
@@ -236,23 +242,11 @@ MM_DEVICE int mm_warp_exclusive_scan(int v, int* total) {
  * writes the block total. `scratch` holds 32 ints. Ends with a barrier. */
 MM_DEVICE int mm_block_exclusive_scan(int v, int* scratch, int* total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  int inc = v;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    int n = __shfl_up_sync(0xffffffffu, inc, d);
-    if (lane >= d) inc += n;
-  }
+  const int inc = mm_warp_inclusive_scan(v);
   if (lane == 31) scratch[warp] = inc;
   __syncthreads();
-  if (warp == 0) {
-    int w = lane < warps ? scratch[lane] : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      int n = __shfl_up_sync(0xffffffffu, w, d);
-      if (lane >= d) w += n;
-    }
-    scratch[lane] = w; /* inclusive prefix of warp totals */
-  }
+  /* Warp 0: the inclusive prefix of the warp totals. */
+  if (warp == 0) scratch[lane] = mm_warp_inclusive_scan(lane < warps ? scratch[lane] : 0);
   __syncthreads();
   const int warp_base = warp > 0 ? scratch[warp - 1] : 0;
   *total = scratch[warps - 1];
