@@ -256,14 +256,16 @@ typedef struct mm_device_status {
 #define MM_STATUS_KEY_SHIFT 8
 #define MM_STATUS_CODE_MASK 0xffull
 
-/* State of an in-kernel grid barrier (comm/grid.cuh): zero-initialized once;
- * generation-based, so it is reused without any reset between rounds. */
 /* The split arm's dynamically scheduled GEMMs: counter 0 for L1, 1 for L2. */
 #define MM_TILE_COUNTERS 2
 
+/* State of an in-kernel grid barrier (comm/grid.cuh): zero-initialized once,
+ * never reset. A monotonic count of arrivals: round r ends when it reaches
+ * (r + 1) x CTAs, so every kernel sharing one state must run the same CTA
+ * count and arrive the same number of times per CTA (the persistent arms:
+ * one CTA per SM, layer.c). 64 bits: it never wraps. */
 typedef struct mm_grid_barrier_state {
-  uint32_t arrived;    /* CTAs that arrived in the current round */
-  uint32_t generation; /* rounds completed */
+  uint64_t arrivals; /* CTA arrivals since the layer was created */
 } mm_grid_barrier_state;
 
 /* ---- Cross-rank barrier flags ----------------------------------------------

@@ -230,10 +230,11 @@ MM_DEVICE int mm_warp_inclusive_scan(int v) {
 }
 
 /* Exclusive prefix sum of one value per lane over the calling warp (all 32
- * lanes); *total gets the warp's sum. No CTA barrier. */
+ * lanes); *total gets the warp's sum unless total is NULL (then the shuffle
+ * that would broadcast it is not issued). No CTA barrier. */
 MM_DEVICE int mm_warp_exclusive_scan(int v, int* total) {
   const int inc = mm_warp_inclusive_scan(v);
-  *total = __shfl_sync(0xffffffffu, inc, 31);
+  if (total) *total = __shfl_sync(0xffffffffu, inc, 31);
   return inc - v;
 }
 

@@ -284,18 +284,36 @@ mm_test_result t_counter_deadline(void) {
 
 /* ---- 3. grid barrier over many rounds ----------------------------------------
  * Round r: every thread of CTA c writes its slot, with a per-CTA skew first
- * (so early CTAs must really wait); barrier; every thread reads the slot of
+ * (so early CTAs must really wait; one CTA per round much later than all); barrier; every thread reads the slot of
  * CTA (c + 1 + r) mod n and counts mismatches; barrier (nobody overwrites a
- * slot before everyone read it). use_barrier = 0 is the planted control. */
+ * slot before everyone read it). Odd rounds take the first barrier in two
+ * halves (mm_grid_arrive, the read of its own slot between, then
+ * mm_grid_wait_round unless this CTA completed the round), as the early
+ * combine does. The host launches the kernel twice on one state: the second
+ * launch's rounds start where the first's ended, as split kernel 2's do
+ * after kernel 1's. use_barrier = 0 is the planted control. */
 __global__ void k_grid_rounds(mm_grid_barrier_state* gb, uint32_t* slots, int rounds, uint32_t seed,
                               mm_device_status* st, int use_barrier, unsigned* mismatches, unsigned* failed) {
   const int n = gridDim.x, c = blockIdx.x, tid = threadIdx.x, bd = blockDim.x;
   const mm_wait_ctx ctx = {st, kLongTimeoutNs, MM_SITE_GRID_BARRIER, NULL};
   for (int r = 0; r < rounds; ++r) {
-    if (tid == 0) tc_spin_ns((uint64_t)((c * 37 + r * 11) % 5) * 1000);
+    /* One CTA per round comes 6 us late, the others within 0-2 us: a
+     * barrier that lets CTAs through before the last arrival (one short)
+     * lets them read its slot before it is written. */
+    if (tid == 0) tc_spin_ns(c == (r * 7) % n ? 6000ull : (uint64_t)((c * 37 + r * 11) % 3) * 1000);
     __syncthreads();
-    slots[(size_t)c * bd + tid] = tc_value(seed, (uint32_t)r, (uint32_t)(c * bd + tid));
-    if (use_barrier && !mm_grid_barrier(gb, ctx)) {
+    const uint32_t mine = tc_value(seed, (uint32_t)r, (uint32_t)(c * bd + tid));
+    slots[(size_t)c * bd + tid] = mine;
+    bool passed = true;
+    if (use_barrier && (r & 1)) {
+      bool last = false;
+      const uint64_t round_end = mm_grid_arrive(gb, &last);
+      if (slots[(size_t)c * bd + tid] != mine) atomicAdd(mismatches, 1u); /* work between the halves */
+      passed = last || mm_grid_wait_round(gb, round_end, ctx);
+    } else if (use_barrier) {
+      passed = mm_grid_barrier(gb, ctx);
+    }
+    if (!passed) {
       if (tid == 0) atomicAdd(failed, 1u);
       return;
     }
@@ -319,8 +337,9 @@ int resident_ctas(const void* kernel) {
   return sms * (per_sm < 2 ? per_sm : 2);
 }
 
-/* Returns mismatches, or -1 on a failure (a false barrier, a CUDA error). */
-long run_grid_rounds(int use_barrier, int rounds, unsigned* generation_out, unsigned* arrived_out) {
+/* Two launches of `rounds` rounds each on one barrier state. Returns
+ * mismatches, or -1 on a failure (a false barrier, a CUDA error). */
+long run_grid_rounds(int use_barrier, int rounds, uint64_t* arrivals_out, int* ctas_out) {
   const int ctas = resident_ctas((const void*)k_grid_rounds), threads = 128;
   if (ctas < 2) return -1;
   const uint32_t seed = test_seed() + 7u + (uint32_t)use_barrier;
@@ -337,18 +356,20 @@ long run_grid_rounds(int use_barrier, int rounds, unsigned* generation_out, unsi
       cudaMemset(mismatches, 0, sizeof(unsigned)) == cudaSuccess && cudaMemset(failed, 0, sizeof(unsigned)) == cudaSuccess) {
     void* args[] = {&gb, &slots, &rounds, (void*)&seed, &st, &use_barrier, &mismatches, &failed};
     /* A cooperative launch guarantees every CTA is resident (or fails). */
-    cudaError_t e = cudaLaunchCooperativeKernel((const void*)k_grid_rounds, dim3(ctas), dim3(threads), args, 0, 0);
+    cudaError_t e = cudaSuccess;
+    for (int launch = 0; launch < 2 && e == cudaSuccess; ++launch)
+      e = cudaLaunchCooperativeKernel((const void*)k_grid_rounds, dim3(ctas), dim3(threads), args, 0, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     unsigned m = 0, f = 0;
-    mm_grid_barrier_state h = {0, 0};
+    mm_grid_barrier_state h = {0};
     if (e == cudaSuccess && cudaMemcpy(&m, mismatches, sizeof m, cudaMemcpyDeviceToHost) == cudaSuccess &&
         cudaMemcpy(&f, failed, sizeof f, cudaMemcpyDeviceToHost) == cudaSuccess &&
         cudaMemcpy(&h, gb, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess) {
       if (f) fprintf(stderr, "    %u grid barrier(s) returned false\n", f);
       else result = (long)m;
-      if (generation_out) *generation_out = h.generation;
-      if (arrived_out) *arrived_out = h.arrived;
-      if (use_barrier) printf("    %d CTAs x %d threads, %d rounds\n", ctas, threads, rounds);
+      if (arrivals_out) *arrivals_out = h.arrivals;
+      if (ctas_out) *ctas_out = ctas;
+      if (use_barrier) printf("    %d CTAs x %d threads, 2 launches x %d rounds\n", ctas, threads, rounds);
     } else {
       fprintf(stderr, "    k_grid_rounds: %s\n", cudaGetErrorString(e));
     }
@@ -362,18 +383,18 @@ long run_grid_rounds(int use_barrier, int rounds, unsigned* generation_out, unsi
 }
 
 mm_test_result t_grid_barrier(void) {
-  const int rounds = 2000;
-  unsigned gen = 0, arrived = 1;
-  const long bad = run_grid_rounds(1, rounds, &gen, &arrived);
+  const int rounds = 1000;
+  uint64_t arrivals = 0;
+  int ctas = 0;
+  const long bad = run_grid_rounds(1, rounds, &arrivals, &ctas);
   CHECK_MSG(bad == 0, "%ld mismatches (or a failure)", bad);
-  /* Two barriers per round; the state is back to "nobody arrived". */
-  CHECK_EQ_INT(gen, 2 * rounds);
-  CHECK_EQ_INT(arrived, 0);
+  /* Two launches, two barriers per round, every CTA once each: no round open. */
+  CHECK_EQ_INT(arrivals, (uint64_t)2 * 2 * rounds * ctas);
   return MM_TEST_PASS;
 }
 
 mm_test_result t_control_no_grid_barrier(void) {
-  const long bad = run_grid_rounds(0, 2000, NULL, NULL);
+  const long bad = run_grid_rounds(0, 1000, NULL, NULL);
   CHECK_MSG(bad != -1, "the planted run failed to run");
   printf("    planted missing grid barrier: %ld stale reads caught\n", bad);
   CHECK_MSG(bad > 0, "the data check did not catch a missing grid barrier");
@@ -422,7 +443,7 @@ mm_test_result t_grid_barrier_deadline(void) {
   CHECK_EQ_INT(h.where, MM_SITE_GRID_BARRIER);
   CHECK_EQ_INT(h.seen, ctas - 1); /* arrived */
   CHECK_EQ_INT(h.want, ctas);
-  CHECK_EQ_INT(h.detail, 0);      /* the generation waited on */
+  CHECK_EQ_INT(h.detail, 0);      /* the round waited on: the state's first */
   CHECK(h.waited_ns >= timeout);
   CHECK_EQ_INT(h.dead, 1);
   cudaFree(gb);
@@ -578,7 +599,7 @@ mm_test_result t_tma_after_proxy_fence(void) {
 extern "C" const mm_test mm_comm_gpu_tests[] = {
     {"comm: counter wait satisfied by another CTA, data checked (gpu, sys)", t_counter_wait},
     {"comm: counter wait deadline fires, recorded by forward, kernel returns", t_counter_deadline},
-    {"comm: grid barrier, 2000 rounds over all resident CTAs", t_grid_barrier},
+    {"comm: grid barrier, 2 launches x 1000 rounds over all resident CTAs, both forms", t_grid_barrier},
     {"comm: grid barrier deadline fires when one CTA never arrives", t_grid_barrier_deadline},
     {"comm: CTA publish of other threads' stores, acquire by a CTA (gpu, sys)", t_cta_publish},
     {"comm: TMA bulk load of rows warps wrote, after the proxy fence", t_tma_after_proxy_fence},

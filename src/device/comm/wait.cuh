@@ -59,6 +59,18 @@ MM_DEVICE uint64_t mm_ld_relaxed_gpu_u64(const uint64_t* p) {
   return v;
 }
 
+MM_DEVICE uint64_t mm_ld_acquire_gpu_u64(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+MM_DEVICE uint64_t mm_atom_add_acq_rel_gpu_u64(uint64_t* p, uint64_t v) {
+  uint64_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+  return old;
+}
+
 MM_DEVICE float mm_ld_relaxed_gpu_f32(const float* p) {
   float v;
   asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
@@ -83,32 +95,6 @@ MM_DEVICE void mm_fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "m
 
 MM_DEVICE void mm_st_release_gpu_s32(int32_t* p, int32_t v) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-MM_DEVICE uint32_t mm_ld_relaxed_gpu_u32(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-MM_DEVICE uint32_t mm_ld_acquire_gpu_u32(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-MM_DEVICE void mm_st_relaxed_gpu_u32(uint32_t* p, uint32_t v) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-MM_DEVICE void mm_st_release_gpu_u32(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-MM_DEVICE uint32_t mm_atom_add_acq_rel_gpu_u32(uint32_t* p, uint32_t v) {
-  uint32_t old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
 }
 
 /* Generic-proxy global writes <-> async-proxy (TMA) global reads. */

@@ -233,8 +233,7 @@ MM_DEVICE void mm_pool_layout_warp(const mm_layer_view& L, int capacity, int sit
 #pragma unroll
   for (int s = 0; s < MM_MAX_RANKS; ++s) {
     if (s >= R) break;
-    int all;
-    const int base = mm_warp_exclusive_scan(count[s], &all); /* entry base of (s, le) in s's list */
+    const int base = mm_warp_exclusive_scan(count[s], NULL); /* entry base of (s, le) in s's list */
     if (mine) {
       src_start[le * R + s] = start;
       route_base[s * El + le] = base;

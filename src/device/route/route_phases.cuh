@@ -207,7 +207,7 @@ MM_DEVICE void mm_persistent_combine_tail(const mm_layer_view& L, const mm_forwa
   const mm_wait_ctx gctx = mm_persistent_grid_ctx(L);
   const bool early = MM_EARLY_COMBINE && F.early_combine != 0;
   bool ok = true, last = false;
-  uint32_t round = 0;
+  uint64_t round_end = 0; /* the early order's round: the count that ends it */
   if (!early) {
     ok = mm_grid_barrier(gb, gctx);
     if (tid == 0) mm_tl_stamp(L, MM_TL_PUSHED);
@@ -217,7 +217,7 @@ MM_DEVICE void mm_persistent_combine_tail(const mm_layer_view& L, const mm_forwa
     if (ok) ok = mm_grid_barrier(gb, gctx);
     if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED);
   } else {
-    round = mm_grid_arrive(gb, &last);
+    round_end = mm_grid_arrive(gb, &last);
     if (tid == 0) mm_tl_stamp(L, MM_TL_PUSHED);
     /* The completing CTA has acquired every CTA's arrival: the whole rank's
      * pushes and pulls precede its barrier-1 release. */
@@ -229,13 +229,13 @@ MM_DEVICE void mm_persistent_combine_tail(const mm_layer_view& L, const mm_forwa
   /* One call site (the fused kernel's tail is compiled under its roles'
    * register pressure). Early: a forward that already failed reduces
    * nothing (its rows may never come); a failure while reducing ends the
-   * waits. mm_reduce_tokens is a warp collective (ballot, shuffles): the
-   * lanes of a warp read `failed` together here. In the early order barrier
-   * 1 may record an error meanwhile, and lanes that disagreed would split
-   * the warp (docs/PERF.md eighteenth session, Next: read it once per warp). */
-  if (ok && !mm_failed(st)) (void)mm_reduce_tokens(L, F, warp, warps, early);
+   * waits. mm_reduce_tokens is a warp collective (ballot, shuffles), and in
+   * the early order barrier 1 may record an error while the lanes read
+   * `failed`: one vote gives every lane of the warp the same answer (`ok`
+   * is the CTA's, uniform). */
+  if (ok && !__any_sync(0xffffffffu, mm_failed(st))) (void)mm_reduce_tokens(L, F, warp, warps, early);
   if (early) {
-    ok = last || mm_grid_wait_round(gb, round, gctx);
+    ok = last || mm_grid_wait_round(gb, round_end, gctx);
     if (ok) ok = mm_grid_barrier(gb, gctx);
     if (tid == 0) mm_tl_stamp(L, MM_TL_COMBINED); /* every CTA, as in the late order (no stale stamps) */
     /* Every CTA's reductions and barrier 1 are behind the grid barrier:
