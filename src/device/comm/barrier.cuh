@@ -61,9 +61,12 @@ MM_DEVICE void mm_barrier_thread(const mm_layer_view& L, mm_device_status* st, u
   if (mm_dead(st)) return;
   const int code = mm_error_code(st);
   const int bank = (int)(value & 1);
-  /* Orders this kernel's and (by stream order) earlier kernels' writes of
-   * this rank before the flag at system scope. */
-  __threadfence_system();
+  /* The flag's st.release.sys is the fence: it releases at system scope,
+   * cumulatively, this thread's writes and every write ordered before it
+   * (the callers' CTA and grid barriers; earlier kernels of the stream are
+   * complete). An SC fence in front (__threadfence_system) added only
+   * sequential consistency, which this message passing does not need, for
+   * ~0.6 us per barrier (docs/PERF.md, nineteenth session). */
   mm_st_release_sys_u64(mm_flag_slot(L, p, bank, L.rank), mm_flag_word(value, code));
   int timed_out = 0;
   uint64_t waited_ns = 0;

@@ -18,6 +18,7 @@
 #ifndef MEGAMOE_COMM_FORWARD_CUH
 #define MEGAMOE_COMM_FORWARD_CUH
 
+#include "comm/wait.cuh"
 #include "common.cuh"
 #include "view.cuh"
 
@@ -32,11 +33,9 @@ MM_DEVICE void mm_forward_end(const mm_layer_view& L) {
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
     mm_device_status* st = mm_status(L);
     const unsigned int ctas = gridDim.x * gridDim.y * gridDim.z;
-    /* Release this CTA's reads (and writes) before the arrival; the last
-     * arriver's fence after the atomic orders the update after every CTA's. */
-    __threadfence();
-    if (atomicAdd(&st->end_arrivals, 1u) == ctas - 1) {
-      __threadfence();
+    /* The arrival releases this CTA's reads (and writes) and, for the last
+     * arriver, acquires every CTA's: the update below is ordered after them. */
+    if (mm_atom_add_acq_rel_gpu_u32(&st->end_arrivals, 1u) == ctas - 1) {
       const uint64_t next = mm_forward_number(st) + 1;
       *(volatile int32_t*)&st->word = mm_error_code(st);
       *(volatile uint32_t*)&st->end_arrivals = 0u;

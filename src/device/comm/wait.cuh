@@ -71,6 +71,12 @@ MM_DEVICE uint64_t mm_atom_add_acq_rel_gpu_u64(uint64_t* p, uint64_t v) {
   return old;
 }
 
+MM_DEVICE uint32_t mm_atom_add_acq_rel_gpu_u32(uint32_t* p, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 MM_DEVICE float mm_ld_relaxed_gpu_f32(const float* p) {
   float v;
   asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");

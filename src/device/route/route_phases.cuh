@@ -201,8 +201,11 @@ MM_DEVICE void mm_persistent_combine_tail(const mm_layer_view& L, const mm_forwa
   mm_device_status* st = mm_status(L);
   const int tid = threadIdx.x;
   /* Every thread's combine stores (to peers over NVLink) before the grid
-   * arrival; the release of barrier 1 is then cumulative over them. */
-  __threadfence_system();
+   * arrival; the release of barrier 1 is then cumulative over them. (The
+   * grid barrier's gpu-scope arrival already orders them by the PTX model;
+   * this keeps each thread's own NVLink stores acknowledged at system scope
+   * first. acq_rel, not SC: message passing needs no more.) */
+  mm_fence_acq_rel_sys();
   mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
   const mm_wait_ctx gctx = mm_persistent_grid_ctx(L);
   const bool early = MM_EARLY_COMBINE && F.early_combine != 0;
