@@ -150,8 +150,10 @@ MM_DEVICE int mm_failed(const mm_device_status* st) { return mm_error_code(st) !
 MM_DEVICE int mm_dead(const mm_device_status* st) { return *(volatile const int32_t*)&st->dead != 0; }
 
 /* Records `code` as the error of the forward in progress unless it already
- * has one (first error wins). The winner fills the details, marks the layer
- * dead on a timeout, counts the failed forward and copies the error into
+ * has one (first error wins). A timeout marks the layer dead even then: the
+ * ranks or CTAs are out of step for good (a grid barrier's count, a
+ * barrier's sequence), whatever the forward's first error was. The winner
+ * fills the details, counts the failed forward and copies the error into
  * `first` when no unreported error is there. */
 MM_DEVICE void mm_record_error_waited(mm_device_status* st, int code, int where, int peer, int detail,
                                       uint64_t seen, uint64_t want, uint64_t waited_ns) {
@@ -159,6 +161,7 @@ MM_DEVICE void mm_record_error_waited(mm_device_status* st, int code, int where,
   const unsigned long long key =
       (unsigned long long)((fwd << MM_STATUS_KEY_SHIFT) | ((uint64_t)code & MM_STATUS_CODE_MASK));
   unsigned long long* key_word = reinterpret_cast<unsigned long long*>(&st->key);
+  if (code == MEGAMOE_ERR_TIMEOUT) *(volatile int32_t*)&st->dead = 1;
   unsigned long long old = *(volatile unsigned long long*)key_word;
   for (;;) {
     if ((old >> MM_STATUS_KEY_SHIFT) >= fwd) return; /* this forward already has its error */
@@ -174,7 +177,6 @@ MM_DEVICE void mm_record_error_waited(mm_device_status* st, int code, int where,
   st->want = want;
   st->epoch = fwd;
   st->waited_ns = waited_ns;
-  if (code == MEGAMOE_ERR_TIMEOUT) *(volatile int32_t*)&st->dead = 1;
   atomicAdd(&st->failed_forwards, 1u);
   if (atomicCAS(reinterpret_cast<unsigned long long*>(&st->first.key), 0ull, key) == 0ull) {
     st->first.forward = fwd;

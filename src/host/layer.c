@@ -643,7 +643,8 @@ megamoe_status megamoe_sync(megamoe_layer* l, cudaStream_t stream) {
   CUDA_TRY(cudaMemcpy(&where->failed_forwards, &zero, sizeof zero, cudaMemcpyHostToDevice));
   l->reject_message[0] = '\0';
   if (ds.dead && code != MEGAMOE_ERR_TIMEOUT && code != MEGAMOE_ERR_LAYER_FAILED)
-    return mm_fail(code, "%s; a later forward timed out: the layer failed, destroy it", message);
+    return mm_fail(code, "%s; a wait then timed out (in this forward or a later one): the layer failed, destroy it",
+                   message);
   return mm_fail(code, "%s", message);
 }
 

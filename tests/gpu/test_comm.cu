@@ -287,7 +287,7 @@ mm_test_result t_counter_deadline(void) {
  * (so early CTAs must really wait; one CTA per round much later than all); barrier; every thread reads the slot of
  * CTA (c + 1 + r) mod n and counts mismatches; barrier (nobody overwrites a
  * slot before everyone read it). Odd rounds take the first barrier in two
- * halves (mm_grid_arrive, the read of its own slot between, then
+ * halves (mm_grid_arrive, a short spin between, then
  * mm_grid_wait_round unless this CTA completed the round), as the early
  * combine does. The host launches the kernel twice on one state: the second
  * launch's rounds start where the first's ended, as split kernel 2's do
@@ -302,13 +302,12 @@ __global__ void k_grid_rounds(mm_grid_barrier_state* gb, uint32_t* slots, int ro
      * lets them read its slot before it is written. */
     if (tid == 0) tc_spin_ns(c == (r * 7) % n ? 6000ull : (uint64_t)((c * 37 + r * 11) % 3) * 1000);
     __syncthreads();
-    const uint32_t mine = tc_value(seed, (uint32_t)r, (uint32_t)(c * bd + tid));
-    slots[(size_t)c * bd + tid] = mine;
+    slots[(size_t)c * bd + tid] = tc_value(seed, (uint32_t)r, (uint32_t)(c * bd + tid));
     bool passed = true;
     if (use_barrier && (r & 1)) {
       bool last = false;
       const uint64_t round_end = mm_grid_arrive(gb, &last);
-      if (slots[(size_t)c * bd + tid] != mine) atomicAdd(mismatches, 1u); /* work between the halves */
+      if (tid == 0) tc_spin_ns(500); /* work between the halves */
       passed = last || mm_grid_wait_round(gb, round_end, ctx);
     } else if (use_barrier) {
       passed = mm_grid_barrier(gb, ctx);
@@ -357,8 +356,12 @@ long run_grid_rounds(int use_barrier, int rounds, uint64_t* arrivals_out, int* c
     void* args[] = {&gb, &slots, &rounds, (void*)&seed, &st, &use_barrier, &mismatches, &failed};
     /* A cooperative launch guarantees every CTA is resident (or fails). */
     cudaError_t e = cudaSuccess;
-    for (int launch = 0; launch < 2 && e == cudaSuccess; ++launch)
+    uint32_t launch_seed = seed;
+    args[3] = &launch_seed;
+    for (int launch = 0; launch < 2 && e == cudaSuccess; ++launch) {
+      launch_seed = seed + 0x9e3779b9u * (uint32_t)launch; /* a launch-1 value never passes for launch 2's */
       e = cudaLaunchCooperativeKernel((const void*)k_grid_rounds, dim3(ctas), dim3(threads), args, 0, 0);
+    }
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     unsigned m = 0, f = 0;
     mm_grid_barrier_state h = {0};
@@ -413,13 +416,19 @@ __global__ void k_grid_absent(mm_grid_barrier_state* gb, mm_device_status* st, u
   }
 }
 
-mm_test_result t_grid_barrier_deadline(void) {
+/* prior_error: the forward already carries an error (a peer's, recorded
+ * before the barrier) when the deadline fires. The timeout must still mark
+ * the layer dead (the CTAs are out of step for good), while the record keeps
+ * the first error. */
+static mm_test_result grid_barrier_deadline(int prior_error) {
   const int ctas = resident_ctas((const void*)k_grid_absent);
   CHECK(ctas >= 2);
   mm_grid_barrier_state* gb = NULL;
   unsigned *rf = NULL, *rn = NULL;
   mm_device_status* st = new_status(3);
   CHECK(st != NULL);
+  const unsigned long long prior_key = (3ull << MM_STATUS_KEY_SHIFT) | MEGAMOE_ERR_PEER_FAILED;
+  if (prior_error) CUDA_OK(cudaMemcpy(&st->key, &prior_key, sizeof prior_key, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMalloc((void**)&gb, sizeof *gb));
   CUDA_OK(cudaMalloc((void**)&rf, sizeof(unsigned)));
   CUDA_OK(cudaMalloc((void**)&rn, sizeof(unsigned)));
@@ -439,19 +448,26 @@ mm_test_result t_grid_barrier_deadline(void) {
   CUDA_OK(cudaMemcpy(&h, st, sizeof h, cudaMemcpyDeviceToHost));
   CHECK_EQ_INT(n, ctas - 1);
   CHECK_EQ_INT(f, ctas - 1);
-  CHECK_EQ_INT(h.key, (3ull << MM_STATUS_KEY_SHIFT) | MEGAMOE_ERR_TIMEOUT);
-  CHECK_EQ_INT(h.where, MM_SITE_GRID_BARRIER);
-  CHECK_EQ_INT(h.seen, ctas - 1); /* arrived */
-  CHECK_EQ_INT(h.want, ctas);
-  CHECK_EQ_INT(h.detail, 0);      /* the round waited on: the state's first */
-  CHECK(h.waited_ns >= timeout);
   CHECK_EQ_INT(h.dead, 1);
+  if (prior_error) {
+    CHECK_EQ_INT(h.key, prior_key); /* first error wins */
+  } else {
+    CHECK_EQ_INT(h.key, (3ull << MM_STATUS_KEY_SHIFT) | MEGAMOE_ERR_TIMEOUT);
+    CHECK_EQ_INT(h.where, MM_SITE_GRID_BARRIER);
+    CHECK_EQ_INT(h.seen, ctas - 1); /* arrived */
+    CHECK_EQ_INT(h.want, ctas);
+    CHECK_EQ_INT(h.detail, 0); /* the round waited on: the state's first */
+    CHECK(h.waited_ns >= timeout);
+  }
   cudaFree(gb);
   cudaFree(rf);
   cudaFree(rn);
   cudaFree(st);
   return MM_TEST_PASS;
 }
+
+mm_test_result t_grid_barrier_deadline(void) { return grid_barrier_deadline(0); }
+mm_test_result t_grid_barrier_deadline_after_error(void) { return grid_barrier_deadline(1); }
 
 /* ---- 5. release/acquire of data written by other threads of a CTA ----------
  * Producer CTA: all 256 threads write round r's chunk (16 values each), then
@@ -601,6 +617,7 @@ extern "C" const mm_test mm_comm_gpu_tests[] = {
     {"comm: counter wait deadline fires, recorded by forward, kernel returns", t_counter_deadline},
     {"comm: grid barrier, 2 launches x 1000 rounds over all resident CTAs, both forms", t_grid_barrier},
     {"comm: grid barrier deadline fires when one CTA never arrives", t_grid_barrier_deadline},
+    {"comm: grid barrier deadline in a forward that already failed: the layer is dead", t_grid_barrier_deadline_after_error},
     {"comm: CTA publish of other threads' stores, acquire by a CTA (gpu, sys)", t_cta_publish},
     {"comm: TMA bulk load of rows warps wrote, after the proxy fence", t_tma_after_proxy_fence},
     {"comm control: a release before the data is caught", t_control_early_release},

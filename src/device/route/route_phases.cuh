@@ -201,10 +201,13 @@ MM_DEVICE void mm_persistent_combine_tail(const mm_layer_view& L, const mm_forwa
   mm_device_status* st = mm_status(L);
   const int tid = threadIdx.x;
   /* Every thread's combine stores (to peers over NVLink) before the grid
-   * arrival; the release of barrier 1 is then cumulative over them. (The
-   * grid barrier's gpu-scope arrival already orders them by the PTX model;
-   * this keeps each thread's own NVLink stores acknowledged at system scope
-   * first. acq_rel, not SC: message passing needs no more.) */
+   * arrival; the release of barrier 1 is then cumulative over them. The PTX
+   * model does not need this fence: the grid barrier's gpu-scope arrival
+   * orders the stores before CTA 0's system-scope release, as it orders the
+   * routing's stores to peers before barrier 0, which has no fence of its
+   * own. It stays (acq_rel) until EP2 runs have confirmed the
+   * model's cumulativity over NVLink stores; then drop it (docs/PERF.md,
+   * nineteenth session). */
   mm_fence_acq_rel_sys();
   mm_grid_barrier_state* gb = mm_ws<mm_grid_barrier_state>(L, MM_WS_GRID_BARRIER);
   const mm_wait_ctx gctx = mm_persistent_grid_ctx(L);

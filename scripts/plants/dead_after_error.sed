@@ -1,0 +1,2 @@
+# Plant for scripts/plant_check.sh: puts back the old order in mm_record_error_waited (dead set only by the error's recorder), which the GPU test "grid barrier deadline in a forward that already failed" must catch (docs/RELIABILITY.md, nineteenth session).
+/^  if (code == MEGAMOE_ERR_TIMEOUT) \*(volatile int32_t\*)&st->dead = 1;$/d;s|^  st->waited_ns = waited_ns;$|  st->waited_ns = waited_ns;\n  if (code == MEGAMOE_ERR_TIMEOUT) *(volatile int32_t*)\&st->dead = 1;|
