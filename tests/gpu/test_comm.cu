@@ -353,11 +353,10 @@ long run_grid_rounds(int use_barrier, int rounds, uint64_t* arrivals_out, int* c
       cudaMalloc((void**)&failed, sizeof(unsigned)) == cudaSuccess && cudaMemset(gb, 0, sizeof *gb) == cudaSuccess &&
       cudaMemset(slots, 0xFF, sizeof(uint32_t) * ctas * threads) == cudaSuccess &&
       cudaMemset(mismatches, 0, sizeof(unsigned)) == cudaSuccess && cudaMemset(failed, 0, sizeof(unsigned)) == cudaSuccess) {
-    void* args[] = {&gb, &slots, &rounds, (void*)&seed, &st, &use_barrier, &mismatches, &failed};
+    uint32_t launch_seed = seed; /* read by each launch when it is enqueued */
+    void* args[] = {&gb, &slots, &rounds, &launch_seed, &st, &use_barrier, &mismatches, &failed};
     /* A cooperative launch guarantees every CTA is resident (or fails). */
     cudaError_t e = cudaSuccess;
-    uint32_t launch_seed = seed;
-    args[3] = &launch_seed;
     for (int launch = 0; launch < 2 && e == cudaSuccess; ++launch) {
       launch_seed = seed + 0x9e3779b9u * (uint32_t)launch; /* a launch-1 value never passes for launch 2's */
       e = cudaLaunchCooperativeKernel((const void*)k_grid_rounds, dim3(ctas), dim3(threads), args, 0, 0);

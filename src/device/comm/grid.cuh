@@ -30,8 +30,10 @@
  * A waiter that passes the deadline records MEGAMOE_ERR_TIMEOUT at
  * MM_SITE_GRID_BARRIER (peer -1, seen = CTAs arrived, want = CTAs in the
  * grid, detail = the round waited on, counted from the state's creation)
- * and returns false, like every CTA that gives up: no trap, no hang. The state is then inconsistent (a CTA is
- * missing); the caller leaves, and a layer that saw it is dead (timeout).
+ * and returns false, like every CTA that gives up: no trap, no hang. The
+ * state is then inconsistent (a CTA is missing); the caller leaves, and the
+ * timeout marks the layer dead (mm_record_error_waited, even in a forward
+ * that had already failed).
  * Errors recorded in the status by other roles do not end the wait: after an
  * error, CTAs keep arriving at the grid barriers so they stay in step. */
 #ifndef MEGAMOE_COMM_GRID_CUH
