@@ -418,8 +418,10 @@ __global__ void k_grid_absent(mm_grid_barrier_state* gb, mm_device_status* st, u
 /* prior_error: the forward already carries an error (a peer's, recorded
  * before the barrier) when the deadline fires. The timeout must still mark
  * the layer dead (the CTAs are out of step for good), while the record keeps
- * the first error. */
-static mm_test_result grid_barrier_deadline(int prior_error) {
+ * the first error. first_round: the rounds the state has already completed
+ * (its arrival count starts at first_round x ctas); the record's detail is
+ * that round modulo 2^31, never negative. */
+static mm_test_result grid_barrier_deadline(int prior_error, uint64_t first_round) {
   const int ctas = resident_ctas((const void*)k_grid_absent);
   CHECK(ctas >= 2);
   mm_grid_barrier_state* gb = NULL;
@@ -431,7 +433,8 @@ static mm_test_result grid_barrier_deadline(int prior_error) {
   CUDA_OK(cudaMalloc((void**)&gb, sizeof *gb));
   CUDA_OK(cudaMalloc((void**)&rf, sizeof(unsigned)));
   CUDA_OK(cudaMalloc((void**)&rn, sizeof(unsigned)));
-  CUDA_OK(cudaMemset(gb, 0, sizeof *gb));
+  const mm_grid_barrier_state start = {first_round * (uint64_t)ctas};
+  CUDA_OK(cudaMemcpy(gb, &start, sizeof start, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(rf, 0, sizeof(unsigned)));
   CUDA_OK(cudaMemset(rn, 0, sizeof(unsigned)));
   uint64_t timeout = 5000000ull; /* 5 ms */
@@ -455,7 +458,7 @@ static mm_test_result grid_barrier_deadline(int prior_error) {
     CHECK_EQ_INT(h.where, MM_SITE_GRID_BARRIER);
     CHECK_EQ_INT(h.seen, ctas - 1); /* arrived */
     CHECK_EQ_INT(h.want, ctas);
-    CHECK_EQ_INT(h.detail, 0); /* the round waited on: the state's first */
+    CHECK_EQ_INT(h.detail, (int)(first_round & 0x7fffffffu)); /* the round waited on */
     CHECK(h.waited_ns >= timeout);
   }
   cudaFree(gb);
@@ -465,8 +468,11 @@ static mm_test_result grid_barrier_deadline(int prior_error) {
   return MM_TEST_PASS;
 }
 
-mm_test_result t_grid_barrier_deadline(void) { return grid_barrier_deadline(0); }
-mm_test_result t_grid_barrier_deadline_after_error(void) { return grid_barrier_deadline(1); }
+mm_test_result t_grid_barrier_deadline(void) { return grid_barrier_deadline(0, 0); }
+mm_test_result t_grid_barrier_deadline_after_error(void) { return grid_barrier_deadline(1, 0); }
+/* A state past 2^31 rounds (some 400 million forwards): the detail wraps to
+ * round 5, not to a negative int. */
+mm_test_result t_grid_barrier_deadline_late_round(void) { return grid_barrier_deadline(0, (1ull << 31) + 5); }
 
 /* ---- 5. release/acquire of data written by other threads of a CTA ----------
  * Producer CTA: all 256 threads write round r's chunk (16 values each), then
@@ -617,6 +623,7 @@ extern "C" const mm_test mm_comm_gpu_tests[] = {
     {"comm: grid barrier, 2 launches x 1000 rounds over all resident CTAs, both forms", t_grid_barrier},
     {"comm: grid barrier deadline fires when one CTA never arrives", t_grid_barrier_deadline},
     {"comm: grid barrier deadline in a forward that already failed: the layer is dead", t_grid_barrier_deadline_after_error},
+    {"comm: grid barrier deadline past round 2^31: the round recorded modulo 2^31", t_grid_barrier_deadline_late_round},
     {"comm: CTA publish of other threads' stores, acquire by a CTA (gpu, sys)", t_cta_publish},
     {"comm: TMA bulk load of rows warps wrote, after the proxy fence", t_tma_after_proxy_fence},
     {"comm control: a release before the data is caught", t_control_early_release},

@@ -29,7 +29,8 @@
  *
  * A waiter that passes the deadline records MEGAMOE_ERR_TIMEOUT at
  * MM_SITE_GRID_BARRIER (peer -1, seen = CTAs arrived, want = CTAs in the
- * grid, detail = the round waited on, counted from the state's creation)
+ * grid, detail = the round waited on, counted from the state's creation,
+ * modulo 2^31)
  * and returns false, like every CTA that gives up: no trap, no hang. The
  * state is then inconsistent (a CTA is missing); the caller leaves, and the
  * timeout marks the layer dead (mm_record_error_waited, even in a forward
@@ -45,7 +46,8 @@
  * end of round r (both barrier forms below): 1 when it did (acquired), 0
  * when the abort flag was set or the deadline passed (recorded in
  * ctx.status as MEGAMOE_ERR_TIMEOUT at MM_SITE_GRID_BARRIER: peer -1,
- * detail = r, seen = CTAs arrived in round r, want = ctas). */
+ * detail = r mod 2^31, seen = CTAs arrived in round r (< ctas: a round that
+ * ended by the last read passes), want = ctas). */
 MM_DEVICE int mm_grid_spin_round(mm_grid_barrier_state* gb, uint64_t target, uint32_t ctas, const mm_wait_ctx& ctx) {
   const mm_deadline d = mm_deadline_start(ctx.timeout_ns);
   for (uint32_t spin = 1;; ++spin) {
@@ -57,11 +59,17 @@ MM_DEVICE int mm_grid_spin_round(mm_grid_barrier_state* gb, uint64_t target, uin
     if ((spin & 31u) == 0) {
       if (ctx.abort_flag && *ctx.abort_flag) return 0;
       if (mm_deadline_passed(d)) {
+        /* One last read decides: a round that ended meanwhile passed (and
+         * its count would give seen >= ctas); else seen < ctas holds. */
+        const uint64_t now = mm_ld_acquire_gpu_u64(&gb->arrivals);
+        if (now >= target) return 1;
         if (ctx.status) {
           const uint64_t round_start = target - ctas;
+          /* The round modulo 2^31: detail is an int32 (a layer reaches 2^31
+           * rounds after some 400 million forwards). */
           mm_record_error_waited(ctx.status, MEGAMOE_ERR_TIMEOUT, MM_SITE_GRID_BARRIER, -1,
-                                 (int)(round_start / ctas), mm_ld_relaxed_gpu_u64(&gb->arrivals) - round_start,
-                                 ctas, mm_globaltimer_ns() - d.start_ns);
+                                 (int)((round_start / ctas) & 0x7fffffffu), now - round_start, ctas,
+                                 mm_globaltimer_ns() - d.start_ns);
         }
         return 0;
       }

@@ -94,7 +94,7 @@ extern "C" megamoe_status mm_fused_launch(const mm_layer_view* L, const mm_forwa
                     (void*)l2->maps[1], (void*)l2->maps[2], (void*)l1->maps[3], (void*)&p1,
                     (void*)&p2,         (void*)&layout,     (void*)&view,       (void*)&fwd,
                     (void*)&ord,        (void*)&b};
-  const cudaError_t err = mm_launch_cooperative(k.fn, args, L->num_sms, layout.bytes, stream, L->programmatic_launch);
+  const cudaError_t err = mm_launch_persistent(k.fn, args, L, layout.bytes, stream);
   if (err != cudaSuccess)
     return mm_fail(MEGAMOE_ERR_CUDA, "fused arm: launch (tiles %s + %s, %d CTAs, %u B smem): %s",
                    mm_gemm_tile_name(l1->tile), mm_gemm_tile_name(l2->tile), L->num_sms, layout.bytes,

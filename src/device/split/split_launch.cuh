@@ -42,7 +42,7 @@ static inline megamoe_status mm_split_launch(const void* fn, const char* what, c
   args[n++] = (void*)&layout;
   args[n++] = (void*)&view;
   args[n++] = (void*)&fwd;
-  const cudaError_t err = mm_launch_cooperative(fn, args, L->num_sms, layout.bytes, stream, L->programmatic_launch);
+  const cudaError_t err = mm_launch_persistent(fn, args, L, layout.bytes, stream);
   if (err != cudaSuccess)
     return mm_fail(MEGAMOE_ERR_CUDA, "split arm: %s launch (tile %s, %d CTAs, %u B smem): %s", what,
                    mm_gemm_tile_name(plan->tile), L->num_sms, layout.bytes, cudaGetErrorString(err));
