@@ -315,7 +315,10 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   }
   for (int p = 0; p < o->num_points; ++p) {
     const int64_t T = o->tokens[p];
-    const uint64_t seed = 1000 + (uint64_t)p;
+    /* The routing of a token count is its own, wherever the count stands in
+     * the list: one count per process (scripts/ab_bench.sh) and the whole
+     * list in one process draw the same routing. */
+    const uint64_t seed = 1000 + (uint64_t)T;
     if (T > Tm) { /* mm_bench_layer_parse rejects this; the buffers hold Tm rows */
       fprintf(stderr, "rank %d: %lld tokens above T_max %lld\n", rank, (long long)T, (long long)Tm);
       return 3;

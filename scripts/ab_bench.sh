@@ -2,7 +2,7 @@
 # A/B of two builds of the kernels in one GPU-machine call (docs/PERF.md's
 # method: a prediction first, then both builds alternating in one call).
 #
-#   scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] "DEFS_A" "DEFS_B" BENCH_ARGS...
+#   scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] [--one-process] "DEFS_A" "DEFS_B" BENCH_ARGS...
 #
 # DEFS_A / DEFS_B: nvcc macros of each build ("" for the default build),
 # e.g. "" "-DMM_EARLY_COMBINE=1". The builds go to build_ab_a and
@@ -13,7 +13,14 @@
 # that build's runs only (repeatable), so one build can be compared with
 # itself under two settings: "" "" --env-a MEGAMOE_EARLY_COMBINE=0 ...
 # Logs: $OUT/ab_build_{a,b}.log, $OUT/ab_bench.log (OUT defaults to
-# /tmp/megamoe-out). NCCL_NVLS_ENABLE=0 as everywhere. Each bench run is
+# /tmp/megamoe-out).
+# One token count per process: a `--tokens A,B,...` in BENCH_ARGS becomes one
+# bench process per count (in that order, per build and round), because what
+# a process ran before changes a later count's time: 2048 tokens after 1024
+# in one process ran 1-4 % slower than alone, and varied that much from
+# process to process (docs/PERF.md, twentieth session). --one-process: the
+# whole list in one process, as before.
+# NCCL_NVLS_ENABLE=0 as everywhere. Each bench run is
 # bounded by AB_TIMEOUT seconds (300). Exit 0, 1 when a
 # build or a run failed, 2 on a bad command line, 77 when no GPU is visible.
 set -uo pipefail
@@ -24,8 +31,9 @@ cd "$(dirname "$0")/.."
 rounds=2
 env_a=()
 env_b=()
+one_process=0
 usage() {
-  echo "usage: scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] \"DEFS_A\" \"DEFS_B\" BENCH_ARGS..." >&2
+  echo "usage: scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] [--one-process] \"DEFS_A\" \"DEFS_B\" BENCH_ARGS..." >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -34,6 +42,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --env-a) env_a+=("$2"); shift 2 ;;
     --env-b) env_b+=("$2"); shift 2 ;;
+    --one-process) one_process=1; shift ;;
     *) break ;;
   esac
 done
@@ -62,15 +71,31 @@ wait $pa || { echo "build A ($defs_a) failed: $OUT/ab_build_a.log"; ok=0; }
 wait $pb || { echo "build B ($defs_b) failed: $OUT/ab_build_b.log"; ok=0; }
 [ $ok = 1 ] || exit 1
 
-run() { # name defs env...
-  local name=$1 defs=$2
+run() { # name defs env...: one bench process per entry of token_lists
+  local name=$1 defs=$2 toks
   shift 2
-  echo "== build $name (${defs:-default}${*:+; $*})" | tee -a "$OUT/ab_bench.log"
-  env "$@" timeout "${AB_TIMEOUT:-300}" "./build_ab_$name/megamoe" bench ${bench_args[@]+"${bench_args[@]}"} 2>&1 |
-    tee -a "$OUT/ab_bench.log" |
-    grep -E "^(staged|split|fused)" || return 1
+  for toks in "${token_lists[@]}"; do
+    echo "== build $name (${defs:-default}${*:+; $*})${toks:+ tokens $toks}" | tee -a "$OUT/ab_bench.log"
+    env "$@" timeout "${AB_TIMEOUT:-300}" "./build_ab_$name/megamoe" bench ${bench_args[@]+"${bench_args[@]}"} \
+        ${toks:+--tokens "$toks"} 2>&1 |
+      tee -a "$OUT/ab_bench.log" |
+      grep -E "^(staged|split|fused)" || return 1
+  done
 }
-bench_args=("$@")
+# BENCH_ARGS without its --tokens, whose list goes to token_lists: one entry
+# per count, or the whole list as one entry (--one-process). No --tokens:
+# one run with the bench's default counts.
+bench_args=()
+token_lists=("")
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tokens)
+      [ $# -ge 2 ] || usage
+      if [ $one_process = 1 ]; then token_lists=("$2"); else IFS=, read -r -a token_lists <<< "$2"; fi
+      shift 2 ;;
+    *) bench_args+=("$1"); shift ;;
+  esac
+done
 rc=0
 for ((i = 0; i < rounds; ++i)); do
   # A B, then B A: neither build always runs first.

@@ -270,7 +270,7 @@ def _rank(rank, world, store, a):
     rows, cells = [], len(a.tokens) * len(layers)
     for p, T in enumerate(a.tokens):
         gr = torch.Generator(device=dev)
-        gr.manual_seed(1000 + 7919 * p + rank)
+        gr.manual_seed(1000 + 7919 * T + rank)  # a count's routing, wherever it stands in the list
         # K distinct experts per token, uniform (as the C bench draws them).
         idx = torch.rand((T, E), generator=gr, device=dev).topk(K, dim=1).indices.to(torch.int32).contiguous()
         w = torch.full((T, K), 1.0 / K, dtype=torch.float32, device=dev)
