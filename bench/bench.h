@@ -24,6 +24,7 @@ enum { MM_PARSE_OK = 0, MM_PARSE_HELP = 1, MM_PARSE_ERROR = 2 };
 #define MM_BENCH_MAX_TOKENS (1 << 20) /* per rank, for --tokens and --max-tokens */
 #define MM_BENCH_MAX_ITERS 10000
 #define MM_BENCH_MAX_ROUNDS 100
+#define MM_BENCH_MAX_TIMELINE 1000 /* --timeline: forwards per cell */
 
 /* Which options the command line gave (mm_bench_layer_opts.given). */
 enum {
@@ -37,7 +38,8 @@ enum {
   MM_BENCH_OPT_CSV = 1 << 7,
   MM_BENCH_OPT_JSON = 1 << 8,
   MM_BENCH_OPT_PDL = 1 << 9,
-  MM_BENCH_OPT_BACK_TO_BACK = 1 << 10
+  MM_BENCH_OPT_BACK_TO_BACK = 1 << 10,
+  MM_BENCH_OPT_TIMELINE = 1 << 11
 };
 
 enum { MM_BENCH_PDL_OFF = 0, MM_BENCH_PDL_ON = 1, MM_BENCH_PDL_BOTH = 2 };
@@ -57,6 +59,8 @@ typedef struct mm_bench_layer_opts {
   int iters, rounds;
   int no_bound;                       /* --no-bound: num_tokens_bound 0 (T_max) instead of the point's T */
   int back_to_back;                   /* --back-to-back: the iters calls enqueued without flush or barrier between */
+  int timeline;                       /* --timeline N: the in-kernel timeline of N more forwards per persistent-arm
+                                         cell (0: off, unless MEGAMOE_TIMELINE=1, which means 1) */
   int pdl;                            /* --pdl: MM_BENCH_PDL_OFF (default), _ON, or _BOTH (each persistent
                                          arm timed both ways in the same rounds; rows "<arm>-pdl") */
   const char* csv_path;               /* --csv: the rows as CSV (bench_report.h); NULL: none */

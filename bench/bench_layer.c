@@ -13,13 +13,15 @@
  * row so far after each tokens point (bench_report.h), so an interrupted run
  * keeps the cells it measured.
  *
- * With MEGAMOE_TIMELINE=1 in the environment, each split- or fused-arm cell
- * is followed by one more forward whose in-kernel timeline
- * (src/host/timeline.h: routing phases, pull end, first and last L1 tile,
- * L2 end, barriers, reduction; the fused arm's waits on its counters;
- * min / median / max over the CTAs) every rank prints. The stamps cost a few
- * stores per CTA; timed cells are measured with them on, so compare arms
- * without it. */
+ * With --timeline N (or MEGAMOE_TIMELINE=1 in the environment: N = 1), each
+ * split- or fused-arm cell is followed by N more forwards whose in-kernel
+ * timeline (src/host/timeline.h: routing phases, pull end, first and last
+ * L1 tile, L2 end, barriers, reduction; the fused arm's waits on its
+ * counters; min / median / max over the CTAs, each the median over the N
+ * forwards) every rank prints. One forward varies by tens of µs at
+ * thousands of tokens (docs/PERF.md, twentieth session): take N >= 10 to
+ * place a 1 % effect. The stamps cost a few stores per CTA; timed cells are
+ * measured with them on, so compare arms without it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,15 +141,51 @@ static int allreduce_max(double* v, int n, ncclComm_t comm, cudaStream_t stream,
   return 0;
 }
 
-/* The timeline of the last forward, one rank's view: per event the CTAs'
- * stamps relative to the earliest kernel-1 start, as min / median / max µs
- * (src/host/timeline.h). */
+/* The in-kernel timeline (src/host/timeline.h), one rank's view. Per
+ * event and forward: the CTAs' stamps relative to the earliest kernel-1
+ * start (the [sum] events: per-CTA durations as they are), as min / median
+ * / max µs over the CTAs, and how many CTAs stamped it (0: none). */
+typedef struct tl_stat {
+  double min_us, med_us, max_us;
+  int ctas;
+} tl_stat;
+
 static int cmp_u64(const void* x, const void* y) {
   const uint64_t a = *(const uint64_t*)x, b = *(const uint64_t*)y;
   return a < b ? -1 : a > b;
 }
 
-static int print_timeline(const megamoe_layer* layer, const char* arm, int64_t T, int rank) {
+/* The last forward's timeline into out[MM_TL_EVENTS]; *ctas: the grid. */
+static int timeline_read(const megamoe_layer* layer, tl_stat* out, int* ctas) {
+  uint64_t* stamps = malloc(sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS);
+  uint64_t col[MM_TL_MAX_CTAS];
+  *ctas = 0;
+  if (!stamps || mm_layer_timeline(layer, stamps, MM_TL_MAX_CTAS, ctas) != MEGAMOE_OK) {
+    fprintf(stderr, "bench: timeline: %s\n", stamps ? megamoe_last_error() : "out of host memory");
+    free(stamps);
+    return 1;
+  }
+  uint64_t t0 = UINT64_MAX;
+  for (int c = 0; c < *ctas; ++c)
+    if (stamps[c * MM_TL_EVENTS + MM_TL_K1_START] && stamps[c * MM_TL_EVENTS + MM_TL_K1_START] < t0)
+      t0 = stamps[c * MM_TL_EVENTS + MM_TL_K1_START];
+  for (int e = 0; e < MM_TL_EVENTS; ++e) {
+    int n = 0;
+    for (int c = 0; c < *ctas; ++c)
+      if (stamps[c * MM_TL_EVENTS + e]) col[n++] = stamps[c * MM_TL_EVENTS + e] - (e < MM_TL_FIRST_DURATION ? t0 : 0);
+    out[e] = (tl_stat){0, 0, 0, n};
+    if (n == 0) continue;
+    qsort(col, (size_t)n, sizeof col[0], cmp_u64);
+    out[e] = (tl_stat){col[0] * 1e-3, col[n / 2] * 1e-3, col[n - 1] * 1e-3, n};
+  }
+  free(stamps);
+  return 0;
+}
+
+/* Prints the timelines of `forwards` forwards (st[f * MM_TL_EVENTS + e]):
+ * per event the median over the forwards of each column, and with more
+ * than one forward the range of the CTA median over them. */
+static int print_timeline(const tl_stat* st, int forwards, int ctas, const char* arm, int64_t T, int rank) {
   static const char* const names[] = {
       "k1 start", "counted", "published", "barrier 0 (CTA 0)", "layout (CTA 0)", "laid out", "stream built", "tasks decoded", "roles start",
       "pull end", "L1 first load", "L1 first tile issued", "L1 last tile issued", "L1 math end", "k2 start / 1st L2",
@@ -157,34 +195,38 @@ static int print_timeline(const megamoe_layer* layer, const char* arm, int64_t T
       "[sum] math: L2 staging", "[sum] math: task vote", "[sum] math: L1 publish", "[sum] math: publish at L2",
       "[sum] producer: publish", "[sum] producer: loads", "[sum] math: L1 data waits", "[sum] math: L2 data waits"};
   _Static_assert(sizeof names / sizeof names[0] == MM_TL_EVENTS, "a name per timeline event (contract.h)");
-  uint64_t* stamps = malloc(sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS);
-  uint64_t col[MM_TL_MAX_CTAS];
-  int ctas = 0;
-  if (!stamps || mm_layer_timeline(layer, stamps, MM_TL_MAX_CTAS, &ctas) != MEGAMOE_OK) {
-    fprintf(stderr, "bench: timeline: %s\n", megamoe_last_error());
-    free(stamps);
+  double* v = malloc(sizeof(double) * 4 * (size_t)forwards);
+  if (!v) {
+    fprintf(stderr, "bench: timeline: out of host memory\n");
     return 1;
   }
-  uint64_t t0 = UINT64_MAX;
-  for (int c = 0; c < ctas; ++c)
-    if (stamps[c * MM_TL_EVENTS + MM_TL_K1_START] && stamps[c * MM_TL_EVENTS + MM_TL_K1_START] < t0)
-      t0 = stamps[c * MM_TL_EVENTS + MM_TL_K1_START];
-  printf("  timeline %s T %lld (rank %d, %d CTAs; us after the first CTA entered kernel 1: min / median / max;\n"
-         "  [sum]: us spent per CTA, summed over the forward):\n",
-         arm, (long long)T, rank, ctas);
+  printf("  timeline %s T %lld (rank %d, %d CTAs, %d forward%s; us after the first CTA entered kernel 1:\n"
+         "  min / median / max over the CTAs%s; [sum]: us spent per CTA, summed over the forward):\n",
+         arm, (long long)T, rank, ctas, forwards, forwards > 1 ? "s" : "",
+         forwards > 1 ? ", each the median over the forwards, then the range of the CTA median" : "");
   for (int e = 0; e < MM_TL_EVENTS; ++e) {
+    /* Columns over the forwards that stamped the event: min, median, max, CTAs. */
+    double* col[4] = {v, v + forwards, v + 2 * forwards, v + 3 * forwards};
     int n = 0;
-    for (int c = 0; c < ctas; ++c)
-      if (stamps[c * MM_TL_EVENTS + e]) col[n++] = stamps[c * MM_TL_EVENTS + e] - (e < MM_TL_FIRST_DURATION ? t0 : 0);
+    for (int f = 0; f < forwards; ++f) {
+      const tl_stat* x = &st[f * MM_TL_EVENTS + e];
+      if (x->ctas == 0) continue;
+      col[0][n] = x->min_us, col[1][n] = x->med_us, col[2][n] = x->max_us, col[3][n] = x->ctas;
+      ++n;
+    }
     if (n == 0) {
       printf("    %-22s (no CTA)\n", names[e]);
       continue;
     }
-    qsort(col, (size_t)n, sizeof col[0], cmp_u64);
-    printf("    %-22s %9.1f %9.1f %9.1f   (%d CTAs)\n", names[e], col[0] * 1e-3, col[n / 2] * 1e-3,
-           col[n - 1] * 1e-3, n);
+    for (int k = 0; k < 4; ++k) qsort(col[k], (size_t)n, sizeof(double), cmp_double);
+    printf("    %-22s %9.1f %9.1f %9.1f   (%d CTAs", names[e], col[0][n / 2], col[1][n / 2], col[2][n / 2],
+           (int)col[3][n / 2]);
+    if (n < forwards) printf("; in %d of %d forwards", n, forwards);
+    printf(")");
+    if (forwards > 1) printf("   median %.1f-%.1f", col[1][0], col[1][n - 1]);
+    printf("\n");
   }
-  free(stamps);
+  free(v);
   return 0;
 }
 
@@ -250,6 +292,15 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
 
   megamoe_layer* layers[MAX_ARMS] = {0};
   size_t sym_bytes[MAX_ARMS] = {0}, ws_bytes[MAX_ARMS] = {0};
+  /* The in-kernel timeline: --timeline N forwards per persistent-arm cell,
+   * or one with MEGAMOE_TIMELINE=1. The layers stamp only when created with
+   * MEGAMOE_TIMELINE=1 (src/host/layer.c), so --timeline sets it first. */
+  const char* tl_env = getenv("MEGAMOE_TIMELINE");
+  const int timeline_forwards = o->timeline > 0 ? o->timeline : (tl_env && !strcmp(tl_env, "1"));
+  if (o->timeline > 0 && setenv("MEGAMOE_TIMELINE", "1", 1) != 0) {
+    fprintf(stderr, "rank %d: setenv MEGAMOE_TIMELINE failed\n", rank);
+    return 3;
+  }
   for (int a = 0; a < o->num_arms; ++a) {
     megamoe_config cfg = megamoe_config_make(H, I, E, K, Tm);
     cfg.arm = o->arms[a];
@@ -407,20 +458,34 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
                               sym_bytes[a] / 1048576.0, ws_bytes[a] / 1048576.0};
         print_row(row);
       }
-      /* The persistent arms' in-kernel timeline of one more forward (MEGAMOE_TIMELINE=1). */
-      if (o->arms[a] != MEGAMOE_ARM_STAGED && getenv("MEGAMOE_TIMELINE")) {
+      /* The persistent arms' in-kernel timeline of more forwards (--timeline N,
+       * or MEGAMOE_TIMELINE=1: one). */
+      if (o->arms[a] != MEGAMOE_ARM_STAGED && timeline_forwards > 0) {
+        tl_stat* st = malloc(sizeof(tl_stat) * MM_TL_EVENTS * (size_t)timeline_forwards);
+        if (!st) {
+          fprintf(stderr, "rank %d: out of host memory\n", rank);
+          return 3;
+        }
+        int ctas = 0, bad = 0;
         MK(megamoe_set_programmatic_launch(layers[a], slot_pdl[s]));
-        CK(cudaMemsetAsync(flush, 0, flush_bytes, stream));
-        if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
-        MK(megamoe_forward(layers[a], &args, stream));
-        MK(megamoe_sync(layers[a], stream));
+        /* Every rank runs every forward and every collective below, whatever
+         * its reads gave (a rank that left early would leave its peers waiting). */
+        for (int f = 0; f < timeline_forwards; ++f) {
+          CK(cudaMemsetAsync(flush, f & 0xff, flush_bytes, stream));
+          if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
+          MK(megamoe_forward(layers[a], &args, stream));
+          MK(megamoe_sync(layers[a], stream));
+          bad |= timeline_read(layers[a], st + (size_t)f * MM_TL_EVENTS, &ctas);
+        }
         /* Every rank's, in rank order (a slow peer shows as rank 0's wait at barrier 1). */
         for (int r = 0; r < num_ranks; ++r) {
-          if (rank == r && print_timeline(layers[a], slot_name[s], T, rank) != 0) return 3;
+          if (rank == r && !bad) bad |= print_timeline(st, timeline_forwards, ctas, slot_name[s], T, rank);
           fflush(stdout);
           if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
           CK(cudaStreamSynchronize(stream));
         }
+        free(st);
+        if (bad) return 3;
       }
     }
     if (rank == 0 && mm_bench_report_write(rows, num_rows, "megamoe bench", o->csv_path, o->json_path) != 0)

@@ -17,9 +17,10 @@
 # One token count per process: a `--tokens A,B,...` in BENCH_ARGS becomes one
 # bench process per count (in that order, per build and round), because what
 # a process ran before changes a later count's time: 2048 tokens after 1024
-# in one process ran 1-4 % slower than alone, and varied that much from
-# process to process (docs/PERF.md, twentieth session). --one-process: the
-# whole list in one process, as before.
+# in one process ran 0.5-1.2 % slower than alone with the same routing, and
+# processes differed by up to 4 % on another machine (docs/PERF.md,
+# twentieth session). Each such process gets the list's largest count as
+# --max-tokens. --one-process: the whole list in one process, as before.
 # NCCL_NVLS_ENABLE=0 as everywhere. Each bench run is
 # bounded by AB_TIMEOUT seconds (300). Exit 0, 1 when a
 # build or a run failed, 2 on a bad command line, 77 when no GPU is visible.
@@ -51,6 +52,41 @@ done
 defs_a=$1
 defs_b=$2
 shift 2
+# BENCH_ARGS without its --tokens, whose list goes to token_lists: one entry
+# per count, or the whole list as one entry (--one-process). Each per-count
+# process gets --max-tokens of the whole list (unless BENCH_ARGS has one), so
+# its layers have the T_max the list's one process would have (the ring, the
+# workspace, and what --no-bound's bound 0 means). No --tokens: one run with
+# the bench's default counts, in one process (said so).
+bench_args=()
+token_lists=("")
+tokens=""
+has_tokens=0
+has_max=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tokens) [ $# -ge 2 ] || usage; tokens=$2; has_tokens=1; shift 2 ;;
+    --max-tokens) has_max=1; bench_args+=("$1"); shift ;;
+    --one-process | --env-a | --env-b | --rounds)
+      echo "ab_bench: $1 goes before DEFS_A" >&2; usage ;;
+    *) bench_args+=("$1"); shift ;;
+  esac
+done
+if [ $has_tokens = 1 ]; then
+  [[ "$tokens" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "ab_bench: --tokens '$tokens': counts separated by commas" >&2; usage; }
+  if [ $one_process = 1 ]; then
+    token_lists=("$tokens")
+  else
+    IFS=, read -r -a token_lists <<< "$tokens"
+    if [ $has_max = 0 ]; then
+      max=0
+      for t in "${token_lists[@]}"; do ((t > max)) && max=$t; done
+      bench_args+=(--max-tokens "$max")
+    fi
+  fi
+elif [ $one_process = 0 ]; then
+  echo "ab_bench: no --tokens: the bench's default counts run in one process" >&2
+fi
 if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "ab_bench: no GPU visible (this compares kernel builds on a GPU machine)" >&2
   exit 77
@@ -82,20 +118,6 @@ run() { # name defs env...: one bench process per entry of token_lists
       grep -E "^(staged|split|fused)" || return 1
   done
 }
-# BENCH_ARGS without its --tokens, whose list goes to token_lists: one entry
-# per count, or the whole list as one entry (--one-process). No --tokens:
-# one run with the bench's default counts.
-bench_args=()
-token_lists=("")
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --tokens)
-      [ $# -ge 2 ] || usage
-      if [ $one_process = 1 ]; then token_lists=("$2"); else IFS=, read -r -a token_lists <<< "$2"; fi
-      shift 2 ;;
-    *) bench_args+=("$1"); shift ;;
-  esac
-done
 rc=0
 for ((i = 0; i < rounds; ++i)); do
   # A B, then B A: neither build always runs first.

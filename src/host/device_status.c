@@ -83,8 +83,11 @@ megamoe_status mm_describe_device_error(const mm_error_report* r, const mm_statu
           put_barrier(&t, r->seen);
         }
       } else if (r->where == MM_SITE_GRID_BARRIER) {
-        put(&t, "%s waited %.1f s (the deadline is %.1f s) and only %llu of its %llu CTAs arrived",
-            mm_site_name(r->where), waited_s, ctx->timeout_s, (unsigned long long)r->seen,
+        /* The persistent arms' grid barriers wait twice the layer's deadline
+         * (route_phases.cuh, mm_persistent_grid_ctx): a rank barrier's own
+         * deadline, inside one CTA, fires first. */
+        put(&t, "%s waited %.1f s (the deadline is %.1f s, twice timeout_s) and only %llu of its %llu CTAs arrived",
+            mm_site_name(r->where), waited_s, 2.0 * ctx->timeout_s, (unsigned long long)r->seen,
             (unsigned long long)r->want);
       } else {
         put(&t, "%s waited %.1f s (the deadline is %.1f s) for counter %d to reach %lld; it stayed at %lld",

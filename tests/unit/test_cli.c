@@ -241,9 +241,13 @@ static mm_test_result test_bench_without_gpu_honours_options(void) {
   CHECK_LACKS(r->out, "ignored");
   /* The GPU-only timing options parse, are named as ignored, and a bad
    * --pdl value is a usage error naming it. */
-  RUN(r, "bench", "--tokens", "16", "--pdl", "both", "--back-to-back");
+  RUN(r, "bench", "--tokens", "16", "--pdl", "both", "--back-to-back", "--timeline", "20");
   CHECK_MSG(r->status == MM_EXIT_OK, "exit %d; stderr: %s", r->status, r->err);
-  CHECK_HAS(r->out, "ignored without a GPU: --pdl, --back-to-back");
+  CHECK_HAS(r->out, "ignored without a GPU: --pdl, --back-to-back, --timeline");
+  RUN(r, "bench", "--timeline", "0");
+  CHECK_USAGE_ERROR(r, "--timeline");
+  RUN(r, "bench", "--timeline", "1001");
+  CHECK_USAGE_ERROR(r, "--timeline");
   RUN(r, "bench", "--pdl", "yes");
   CHECK_USAGE_ERROR(r, "--pdl yes");
   RUN(r, "bench", "--pdl");

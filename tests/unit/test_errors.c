@@ -221,6 +221,7 @@ static mm_test_result test_messages(void) {
   mm_describe_device_error(&r, &ctx, m, sizeof m);
   CHECK_HAS(m, "grid barrier");
   CHECK_HAS(m, "131 of its 132 CTAs");
+  CHECK_HAS(m, "the deadline is 4.0 s, twice timeout_s"); /* the grid barriers' 2 x timeout_s */
 
   /* A peer's failure names the peer and its status. */
   r = report(MEGAMOE_ERR_PEER_FAILED, MM_SITE_BARRIER_DISPATCH, 0, MEGAMOE_ERR_NULL_POINTER, 14, 14);
