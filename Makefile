@@ -56,7 +56,7 @@ LIB_INCS   := -Iinclude -Isrc -Isrc/device -Iref
 EXTRA_INCS :=
 INCS        = $(LIB_INCS) $(EXTRA_INCS) $(DEP_INCS)
 $(BUILD)/tests/%.o: EXTRA_INCS := -Itests
-$(BUILD)/tests/unit/test_soak.o: EXTRA_INCS := -Itests -Ibench
+$(BUILD)/tests/unit/test_soak.o $(BUILD)/tests/unit/test_clocks.o: EXTRA_INCS := -Itests -Ibench
 $(BUILD)/bench/%.o $(BUILD)/tools/%.o: EXTRA_INCS := -Ibench
 $(BUILD)/examples/%.o: LIB_INCS := -Iinclude
 
@@ -136,8 +136,9 @@ $(SO): $(LIB_OBJ) $(SO_MAP)
 	ln -sf $(SO_FILE) $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $(BUILD)/libmegamoe.so
 
-# The unit tests also check the soak's options and per-call draw (plain C).
-UNIT_BENCH_OBJ := $(BUILD)/bench/soak_draw.o $(BUILD)/bench/cli.o
+# The unit tests also check the soak's options and per-call draw and the
+# bench's clock sampler (plain C).
+UNIT_BENCH_OBJ := $(BUILD)/bench/soak_draw.o $(BUILD)/bench/cli.o $(BUILD)/bench/bench_clocks.o
 $(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/%.o) $(UNIT_BENCH_OBJ) $(LIB)
 	$(CC) $(filter %.o,$^) $(LIB) $(LDLIBS) -o $@
 

@@ -39,7 +39,8 @@ enum {
   MM_BENCH_OPT_JSON = 1 << 8,
   MM_BENCH_OPT_PDL = 1 << 9,
   MM_BENCH_OPT_BACK_TO_BACK = 1 << 10,
-  MM_BENCH_OPT_TIMELINE = 1 << 11
+  MM_BENCH_OPT_TIMELINE = 1 << 11,
+  MM_BENCH_OPT_CLOCKS = 1 << 12
 };
 
 enum { MM_BENCH_PDL_OFF = 0, MM_BENCH_PDL_ON = 1, MM_BENCH_PDL_BOTH = 2 };
@@ -59,6 +60,7 @@ typedef struct mm_bench_layer_opts {
   int iters, rounds;
   int no_bound;                       /* --no-bound: num_tokens_bound 0 (T_max) instead of the point's T */
   int back_to_back;                   /* --back-to-back: the iters calls enqueued without flush or barrier between */
+  int clocks;                         /* --clocks: rank 0's GPU clocks, power, temperature per cell (NVML) */
   int timeline;                       /* --timeline N: the in-kernel timeline of N more forwards per persistent-arm
                                          cell (0: off, unless MEGAMOE_TIMELINE=1, which means 1) */
   int pdl;                            /* --pdl: MM_BENCH_PDL_OFF (default), _ON, or _BOTH (each persistent

@@ -30,6 +30,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench.h"
+#include "bench_clocks.h"
 #include "bench_report.h"
 #include "cli.h"
 #include "host/procs.h"
@@ -301,6 +302,17 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
     fprintf(stderr, "rank %d: setenv MEGAMOE_TIMELINE failed\n", rank);
     return 3;
   }
+  /* --clocks: rank 0's GPU sampled every 5 ms (bench_clocks.h). */
+  mm_clock_sampler* clocks = NULL;
+  if (o->clocks && rank == 0) {
+    int dev = 0;
+    char bus[32];
+    const char* why = NULL;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetPCIBusId(bus, (int)sizeof bus, dev));
+    clocks = mm_clocks_start(bus, 5, &why);
+    if (!clocks) printf("clocks: not sampled (%s)\n", why);
+  }
   for (int a = 0; a < o->num_arms; ++a) {
     megamoe_config cfg = megamoe_config_make(H, I, E, K, Tm);
     cfg.arm = o->arms[a];
@@ -389,6 +401,8 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
      * that knows its batch would pass it (--no-bound: 0, read as T_max). */
     megamoe_forward_args args = {x, x_sf, topk_idx, MEGAMOE_INDEX_INT32, topk_w, T, o->no_bound ? 0 : T, y};
     double cell[MAX_SLOTS] = {0};
+    mm_clock_stats cell_clocks[MAX_SLOTS]; /* --clocks: this GPU during each cell's timed rounds */
+    for (int s = 0; s < num_slots; ++s) cell_clocks[s] = mm_clock_stats_empty();
     for (int s = 0; s < num_slots; ++s) {
       megamoe_layer* layer = layers[slot_arm[s]];
       MK(megamoe_set_programmatic_launch(layer, slot_pdl[s]));
@@ -403,6 +417,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
           fprintf(stderr, "bench: cell %d of %d (%s, T %lld), round %d of %d, %.1f s elapsed\n",
                   p * num_slots + s + 1, o->num_points * num_slots, slot_name[s], (long long)T, round + 1,
                   o->rounds, mm_cli_now_s() - t_start);
+        if (clocks) mm_clocks_mark(clocks);
         if (o->back_to_back) {
           /* --back-to-back: the iters forwards enqueued one after the other
            * (as a serving engine's layers follow each other), one flush and
@@ -417,6 +432,10 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
           CK(cudaEventElapsedTime(&ms, ev0, ev1));
           MK(megamoe_sync(layers[a], stream));
           round_median[s * o->rounds + round] = ms * 1000.0 / o->iters;
+          if (clocks) {
+            const mm_clock_stats w = mm_clocks_read(clocks);
+            mm_clock_stats_merge(&cell_clocks[s], &w);
+          }
           continue;
         }
         for (int it = 0; it < o->iters; ++it) {
@@ -432,6 +451,10 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
         }
         MK(megamoe_sync(layers[a], stream));
         round_median[s * o->rounds + round] = median(times, o->iters);
+        if (clocks) {
+          const mm_clock_stats w = mm_clocks_read(clocks);
+          mm_clock_stats_merge(&cell_clocks[s], &w);
+        }
       }
     }
     for (int s = 0; s < num_slots; ++s) cell[s] = median(&round_median[s * o->rounds], o->rounds);
@@ -457,6 +480,11 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
                               floors[3] / (worst[s] * 1e-6) / 1e12, rate, floors[0], floors[1], floors[2],
                               sym_bytes[a] / 1048576.0, ws_bytes[a] / 1048576.0};
         print_row(row);
+        if (clocks) {
+          char line[320];
+          mm_clock_stats_format(&cell_clocks[s], line, (int)sizeof line);
+          printf("  clocks %s T %lld (rank 0's GPU, the timed rounds): %s\n", slot_name[s], (long long)T, line);
+        }
       }
       /* The persistent arms' in-kernel timeline of more forwards (--timeline N,
        * or MEGAMOE_TIMELINE=1: one). */
@@ -494,6 +522,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   if (rank == 0)
     printf("\nTFLOP/s per GPU = 2 * routed * 3 * H * I / t (the busiest rank's routed slots); x floor = us / max(floors)\n");
   for (int a = 0; a < o->num_arms; ++a) MK(megamoe_destroy(layers[a]));
+  mm_clocks_stop(clocks);
   free(h_idx);
   free(h_w);
   free(times);

@@ -69,6 +69,10 @@ int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o) {
       o->back_to_back = 1;
       o->given |= MM_BENCH_OPT_BACK_TO_BACK;
       bad = 0;
+    } else if (!strcmp(a, "--clocks")) {
+      o->clocks = 1;
+      o->given |= MM_BENCH_OPT_CLOCKS;
+      bad = 0;
     } else if (!strcmp(a, "--timeline")) {
       bad = mm_cli_int("bench", a, mm_cli_value("bench", argc, argv, &i), 1, MM_BENCH_MAX_TIMELINE, &o->timeline) != 0;
       o->given |= MM_BENCH_OPT_TIMELINE;

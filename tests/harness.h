@@ -50,6 +50,10 @@ typedef struct mm_test {
     }                                                                            \
   } while (0)
 
+/* A text that must (or must not) contain a piece: messages, tool output. */
+#define CHECK_HAS(text, want) CHECK_MSG(strstr((text), (want)) != NULL, "\"%s\" lacks \"%s\"", (text), (want))
+#define CHECK_LACKS(text, bad) CHECK_MSG(strstr((text), (bad)) == NULL, "\"%s\" has \"%s\"", (text), (bad))
+
 #define CHECK_STATUS(expr, want)                                                  \
   do {                                                                            \
     megamoe_status mm_got_ = (expr);                                              \

@@ -44,6 +44,9 @@ static const char* const kUsageBench =
     "                             rank knows here (the fused arm sizes its order from the bound)\n"
     "      --back-to-back         time the --iters calls of a round enqueued one after the other (no flush or\n"
     "                             barrier between: successive layers of a serving engine), the mean per call\n"
+    "      --clocks               after each row, rank 0's GPU during the cell's timed rounds, sampled\n"
+    "                             by NVML every 5 ms: SM clock (mean, min-max), memory clock, power,\n"
+    "                             temperature, and the clock-lowering events seen (power cap, thermal)\n"
     "      --timeline N           after each split or fused cell, N more forwards with the in-kernel\n"
     "                             timeline (routing phases, tiles, barriers, reduction: min / median / max\n"
     "                             over the CTAs, each the median of the N forwards), 1..1000; the env\n"
@@ -390,7 +393,8 @@ static int bench_without_gpu(const mm_bench_layer_opts* o) {
   } kIgnored[] = {{MM_BENCH_OPT_MODEL, "--model"},   {MM_BENCH_OPT_ARMS, "--arms"},
                   {MM_BENCH_OPT_ITERS, "--iters"},   {MM_BENCH_OPT_ROUNDS, "--rounds"},
                   {MM_BENCH_OPT_MAX_TOKENS, "--max-tokens"}, {MM_BENCH_OPT_PDL, "--pdl"},
-                  {MM_BENCH_OPT_BACK_TO_BACK, "--back-to-back"}, {MM_BENCH_OPT_TIMELINE, "--timeline"}};
+                  {MM_BENCH_OPT_BACK_TO_BACK, "--back-to-back"}, {MM_BENCH_OPT_TIMELINE, "--timeline"},
+                  {MM_BENCH_OPT_CLOCKS, "--clocks"}};
   const int R = (o->given & MM_BENCH_OPT_RANKS) ? o->ranks : 4;
   const int64_t default_points[1] = {256};
   const int64_t* points = (o->given & MM_BENCH_OPT_TOKENS) ? o->tokens : default_points;

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
                                    unit_suite_config, unit_suite_layout, unit_suite_procs,
                                    unit_suite_comm,   unit_suite_cli,    unit_suite_errors,
                                    unit_suite_fuzz,   unit_suite_soak,   unit_suite_fuzz_checks, unit_suite_fault_judge,
-                                   unit_suite_fused,  unit_suite_fused_kernel, unit_suite_combine, NULL};
+                                   unit_suite_fused,  unit_suite_fused_kernel, unit_suite_combine, unit_suite_clocks, NULL};
   mm_test_counts counts = {0, 0, 0};
   mm_run_suites(suites, argc > 1 ? argv[1] : NULL, &counts);
   mm_test_print_summary(&counts);

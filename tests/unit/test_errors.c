@@ -188,8 +188,6 @@ static mm_error_report report(int code, int where, int peer, int detail, uint64_
   return unit_report(7, code, where, peer, detail, seen, want);
 }
 
-#define CHECK_HAS(msg, text) CHECK_MSG(strstr((msg), (text)) != NULL, "\"%s\" lacks \"%s\"", (msg), (text))
-#define CHECK_LACKS(msg, text) CHECK_MSG(strstr((msg), (text)) == NULL, "\"%s\" has \"%s\"", (msg), (text))
 
 static mm_test_result test_messages(void) {
   char m[1024];

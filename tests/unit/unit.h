@@ -53,6 +53,7 @@ extern const mm_test unit_suite_cli[];
 extern const mm_test unit_suite_errors[];
 extern const mm_test unit_suite_fuzz[];
 extern const mm_test unit_suite_soak[];
+extern const mm_test unit_suite_clocks[];
 extern const mm_test unit_suite_fuzz_checks[];
 extern const mm_test unit_suite_fault_judge[];
 extern const mm_test unit_suite_fused[];
