@@ -21,6 +21,8 @@
 # processes differed by up to 4 % on another machine (docs/PERF.md,
 # twentieth session). Each such process gets the list's largest count as
 # --max-tokens. --one-process: the whole list in one process, as before.
+# With --clocks in BENCH_ARGS, each row's clock line (the GPU's SM clock,
+# power, temperature during the cell) is printed under it too.
 # NCCL_NVLS_ENABLE=0 as everywhere. Each bench run is
 # bounded by AB_TIMEOUT seconds (300). Exit 0, 1 when a
 # build or a run failed, 2 on a bad command line, 77 when no GPU is visible.
@@ -115,7 +117,7 @@ run() { # name defs env...: one bench process per entry of token_lists
     env "$@" timeout "${AB_TIMEOUT:-300}" "./build_ab_$name/megamoe" bench ${bench_args[@]+"${bench_args[@]}"} \
         ${toks:+--tokens "$toks"} 2>&1 |
       tee -a "$OUT/ab_bench.log" |
-      grep -E "^(staged|split|fused)" || return 1
+      grep -E "^(staged|split|fused)|^  clocks " || return 1
   done
 }
 rc=0
