@@ -32,8 +32,9 @@ struct mm_clock_sampler {
   nvml_device dev;
   int period_ms;
   pthread_t thread;
-  pthread_mutex_t lock; /* guards win and stop */
+  pthread_mutex_t lock; /* guards win, gen and stop */
   mm_clock_stats win;   /* the samples since the last mark */
+  unsigned gen;         /* marks so far: a sample read across a mark is dropped */
   int stop;
 };
 
@@ -73,7 +74,7 @@ void mm_clock_stats_format(const mm_clock_stats* st, char* out, int n) {
   for (size_t i = 0; i < sizeof kReasons / sizeof kReasons[0]; ++i)
     if ((st->reasons & kReasons[i].bit) && used < sizeof why)
       used += (size_t)snprintf(why + used, sizeof why - used, "%s%s", used ? ", " : "", kReasons[i].name);
-  snprintf(out, (size_t)n, "SM %.0f MHz mean (%.0f-%.0f), memory %.0f MHz, %.0f W, %u C max, clock events: %s",
+  snprintf(out, (size_t)n, "SM %.0f MHz mean (%.0f-%.0f), memory %.0f MHz, %.0f W (NVML avg), %u C max, clock events: %s",
            st->sm_mhz_sum / st->samples, st->sm_mhz_min, st->sm_mhz_max, st->mem_mhz_sum / st->samples,
            st->power_w_sum / st->samples, st->temp_c_max, used ? why : "none");
 }
@@ -109,8 +110,10 @@ static int load_api(nvml_api* a) {
 static void sample(mm_clock_sampler* s) {
   unsigned sm = 0, mem = 0, temp = 0, mw = 0;
   unsigned long long why = 0;
-  if (s->api.clock(s->dev, NVML_CLOCK_SM, &sm) != 0) return;
-  if (s->api.clock(s->dev, NVML_CLOCK_MEM, &mem) != 0) mem = 0;
+  pthread_mutex_lock(&s->lock);
+  const unsigned gen = s->gen;
+  pthread_mutex_unlock(&s->lock);
+  if (s->api.clock(s->dev, NVML_CLOCK_SM, &sm) != 0 || s->api.clock(s->dev, NVML_CLOCK_MEM, &mem) != 0) return;
   if (!s->api.temperature || s->api.temperature(s->dev, NVML_TEMPERATURE_GPU, &temp) != 0) temp = 0;
   if (!s->api.power || s->api.power(s->dev, &mw) != 0) mw = 0;
   if (!s->api.reasons || s->api.reasons(s->dev, &why) != 0) why = 0;
@@ -122,7 +125,7 @@ static void sample(mm_clock_sampler* s) {
   one.temp_c_max = temp;
   one.reasons = why;
   pthread_mutex_lock(&s->lock);
-  mm_clock_stats_merge(&s->win, &one);
+  if (s->gen == gen) mm_clock_stats_merge(&s->win, &one); /* else it began before the window */
   pthread_mutex_unlock(&s->lock);
 }
 
@@ -178,6 +181,7 @@ mm_clock_sampler* mm_clocks_start(const char* pci_bus_id, int period_ms, const c
 void mm_clocks_mark(mm_clock_sampler* s) {
   pthread_mutex_lock(&s->lock);
   s->win = mm_clock_stats_empty();
+  ++s->gen;
   pthread_mutex_unlock(&s->lock);
 }
 

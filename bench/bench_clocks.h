@@ -45,7 +45,9 @@ mm_clock_stats mm_clock_stats_empty(void);
 void mm_clock_stats_merge(mm_clock_stats* a, const mm_clock_stats* b);
 
 /* One line for a record: "SM 1755 MHz mean (1650-1980), memory 2619 MHz,
- * 612 W, 61 C max, clock events: sw power cap" (or "no samples"). */
+ * 612 W (NVML avg), 61 C max, clock events: sw power cap" (or "no samples").
+ * The power is NVML's reading, a running average on recent GPUs (about 1 s
+ * on Hopper), so it blurs cells shorter than that. */
 void mm_clock_stats_format(const mm_clock_stats* st, char* out, int n);
 
 #endif

@@ -219,9 +219,9 @@ static int print_timeline(const tl_stat* st, int forwards, int ctas, const char*
       printf("    %-22s (no CTA)\n", names[e]);
       continue;
     }
-    for (int k = 0; k < 4; ++k) qsort(col[k], (size_t)n, sizeof(double), cmp_double);
-    printf("    %-22s %9.1f %9.1f %9.1f   (%d CTAs", names[e], col[0][n / 2], col[1][n / 2], col[2][n / 2],
-           (int)col[3][n / 2]);
+    /* median() sorts its column: the range of the CTA median is read after. */
+    const double lo = median(col[0], n), mid = median(col[1], n), hi = median(col[2], n), in = median(col[3], n);
+    printf("    %-22s %9.1f %9.1f %9.1f   (%.0f CTAs", names[e], lo, mid, hi, in);
     if (n < forwards) printf("; in %d of %d forwards", n, forwards);
     printf(")");
     if (forwards > 1) printf("   median %.1f-%.1f", col[1][0], col[1][n - 1]);
@@ -294,14 +294,11 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   megamoe_layer* layers[MAX_ARMS] = {0};
   size_t sym_bytes[MAX_ARMS] = {0}, ws_bytes[MAX_ARMS] = {0};
   /* The in-kernel timeline: --timeline N forwards per persistent-arm cell,
-   * or one with MEGAMOE_TIMELINE=1. The layers stamp only when created with
-   * MEGAMOE_TIMELINE=1 (src/host/layer.c), so --timeline sets it first. */
+   * or one with MEGAMOE_TIMELINE=1 (which mm_bench_layer_run sets for
+   * --timeline before the ranks start: the layers stamp only when created
+   * with it, src/host/layer.c). */
   const char* tl_env = getenv("MEGAMOE_TIMELINE");
   const int timeline_forwards = o->timeline > 0 ? o->timeline : (tl_env && !strcmp(tl_env, "1"));
-  if (o->timeline > 0 && setenv("MEGAMOE_TIMELINE", "1", 1) != 0) {
-    fprintf(stderr, "rank %d: setenv MEGAMOE_TIMELINE failed\n", rank);
-    return 3;
-  }
   /* --clocks: rank 0's GPU sampled every 5 ms (bench_clocks.h). */
   mm_clock_sampler* clocks = NULL;
   if (o->clocks && rank == 0) {
@@ -500,6 +497,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
          * its reads gave (a rank that left early would leave its peers waiting). */
         for (int f = 0; f < timeline_forwards; ++f) {
           CK(cudaMemsetAsync(flush, f & 0xff, flush_bytes, stream));
+          MK(mm_layer_timeline_clear(layers[a], stream)); /* no stamp of an earlier forward survives */
           if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
           MK(megamoe_forward(layers[a], &args, stream));
           MK(megamoe_sync(layers[a], stream));
@@ -553,6 +551,12 @@ int mm_bench_layer_run(mm_bench_layer_opts* o, int gpus) {
   }
   if (o->max_tokens == 0)
     for (int p = 0; p < o->num_points; ++p) o->max_tokens = o->tokens[p] > o->max_tokens ? o->tokens[p] : o->max_tokens;
+  /* --timeline: the layers must be created with MEGAMOE_TIMELINE=1; set in
+   * this process, before any rank (or library thread) exists. */
+  if (o->timeline > 0 && setenv("MEGAMOE_TIMELINE", "1", 1) != 0) {
+    fprintf(stderr, "bench: --timeline: setenv MEGAMOE_TIMELINE failed\n");
+    return MM_EXIT_FAILED;
+  }
   rank_ctx ctx = {o};
   const int rc = mm_run_ranks(o->ranks, 3000.0, bench_rank, &ctx);
   return rc == MM_RANKS_OK ? MM_EXIT_OK : MM_EXIT_FAILED; /* the launcher said which rank failed and how */

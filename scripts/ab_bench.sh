@@ -69,7 +69,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --tokens) [ $# -ge 2 ] || usage; tokens=$2; has_tokens=1; shift 2 ;;
     --max-tokens) has_max=1; bench_args+=("$1"); shift ;;
-    --one-process | --env-a | --env-b | --rounds)
+    --one-process | --env-a | --env-b)
       echo "ab_bench: $1 goes before DEFS_A" >&2; usage ;;
     *) bench_args+=("$1"); shift ;;
   esac
@@ -117,7 +117,7 @@ run() { # name defs env...: one bench process per entry of token_lists
     env "$@" timeout "${AB_TIMEOUT:-300}" "./build_ab_$name/megamoe" bench ${bench_args[@]+"${bench_args[@]}"} \
         ${toks:+--tokens "$toks"} 2>&1 |
       tee -a "$OUT/ab_bench.log" |
-      grep -E "^(staged|split|fused)|^  clocks " || return 1
+      grep -E "^(staged|split|fused)|^  clocks |^clocks:" || return 1
   done
 }
 rc=0

@@ -379,6 +379,13 @@ megamoe_status mm_layer_timeline(const megamoe_layer* l, uint64_t* host, int max
   return MEGAMOE_OK;
 }
 
+megamoe_status mm_layer_timeline_clear(const megamoe_layer* l, cudaStream_t stream) {
+  MM_CHECK_NULL(l, "layer");
+  if (!l->timeline) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "layer: no timeline (create a split layer with MEGAMOE_TIMELINE=1)");
+  CUDA_TRY(cudaMemsetAsync(l->timeline, 0, sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS, stream));
+  return MEGAMOE_OK;
+}
+
 megamoe_status megamoe_abandon(megamoe_layer* layer) {
   mm_clear_error();
   if (!layer) return MEGAMOE_OK;

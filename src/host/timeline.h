@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include <cuda_runtime_api.h>
+
 #include "contract.h"
 #include "megamoe.h"
 
@@ -16,5 +18,10 @@
  * CTA did not reach the event), *ctas the number of CTAs (<= max_ctas).
  * Synchronous; call after megamoe_sync. */
 megamoe_status mm_layer_timeline(const megamoe_layer* layer, uint64_t* host, int max_ctas, int* ctas);
+
+/* Zeroes the stamps on `stream` (before a forward whose timeline is read:
+ * an event a CTA does not reach in that forward, e.g. one stamped only in
+ * some calls, would otherwise keep an earlier forward's stamp). */
+megamoe_status mm_layer_timeline_clear(const megamoe_layer* layer, cudaStream_t stream);
 
 #endif

@@ -57,7 +57,7 @@ static mm_test_result test_clock_stats_format(void) {
   mm_clock_stats_merge(&a, &s2);
   mm_clock_stats_format(&a, line, (int)sizeof line);
   CHECK_HAS(line, "SM 1790 MHz mean (1600-1980)");
-  CHECK_HAS(line, "memory 2619 MHz, 600 W, 63 C max");
+  CHECK_HAS(line, "memory 2619 MHz, 600 W (NVML avg), 63 C max");
   CHECK_HAS(line, "clock events: sw power cap, sw thermal");
   /* A short buffer is cut, never overrun. */
   char small[8];
