@@ -179,17 +179,19 @@ mm_clock_sampler* mm_clocks_start(const char* pci_bus_id, int period_ms, const c
 }
 
 void mm_clocks_mark(mm_clock_sampler* s) {
+  if (!s) return;
   pthread_mutex_lock(&s->lock);
   s->win = mm_clock_stats_empty();
   ++s->gen;
   pthread_mutex_unlock(&s->lock);
 }
 
-mm_clock_stats mm_clocks_read(mm_clock_sampler* s) {
+void mm_clocks_add_window(mm_clock_sampler* s, mm_clock_stats* into) {
+  if (!s) return;
   pthread_mutex_lock(&s->lock);
   const mm_clock_stats w = s->win;
   pthread_mutex_unlock(&s->lock);
-  return w;
+  mm_clock_stats_merge(into, &w);
 }
 
 void mm_clocks_stop(mm_clock_sampler* s) {

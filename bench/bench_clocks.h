@@ -31,11 +31,13 @@ typedef struct mm_clock_sampler mm_clock_sampler;
  * then says so (static text). */
 mm_clock_sampler* mm_clocks_start(const char* pci_bus_id, int period_ms, const char** why);
 
-/* Begins a window: the samples from now on count, the earlier ones not. */
+/* Begins a window: the samples from now on count, the earlier ones not.
+ * NULL (no sampler): nothing. */
 void mm_clocks_mark(mm_clock_sampler* s);
 
-/* The window's samples so far (the sampler keeps running). */
-mm_clock_stats mm_clocks_read(mm_clock_sampler* s);
+/* Adds the window's samples so far to *into (the sampler keeps running).
+ * NULL (no sampler): nothing. */
+void mm_clocks_add_window(mm_clock_sampler* s, mm_clock_stats* into);
 
 /* Stops the thread and releases NVML. NULL is accepted. */
 void mm_clocks_stop(mm_clock_sampler* s);

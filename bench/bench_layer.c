@@ -414,7 +414,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
           fprintf(stderr, "bench: cell %d of %d (%s, T %lld), round %d of %d, %.1f s elapsed\n",
                   p * num_slots + s + 1, o->num_points * num_slots, slot_name[s], (long long)T, round + 1,
                   o->rounds, mm_cli_now_s() - t_start);
-        if (clocks) mm_clocks_mark(clocks);
+        mm_clocks_mark(clocks);
         if (o->back_to_back) {
           /* --back-to-back: the iters forwards enqueued one after the other
            * (as a serving engine's layers follow each other), one flush and
@@ -429,10 +429,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
           CK(cudaEventElapsedTime(&ms, ev0, ev1));
           MK(megamoe_sync(layers[a], stream));
           round_median[s * o->rounds + round] = ms * 1000.0 / o->iters;
-          if (clocks) {
-            const mm_clock_stats w = mm_clocks_read(clocks);
-            mm_clock_stats_merge(&cell_clocks[s], &w);
-          }
+          mm_clocks_add_window(clocks, &cell_clocks[s]);
           continue;
         }
         for (int it = 0; it < o->iters; ++it) {
@@ -448,10 +445,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
         }
         MK(megamoe_sync(layers[a], stream));
         round_median[s * o->rounds + round] = median(times, o->iters);
-        if (clocks) {
-          const mm_clock_stats w = mm_clocks_read(clocks);
-          mm_clock_stats_merge(&cell_clocks[s], &w);
-        }
+        mm_clocks_add_window(clocks, &cell_clocks[s]);
       }
     }
     for (int s = 0; s < num_slots; ++s) cell[s] = median(&round_median[s * o->rounds], o->rounds);
