@@ -92,13 +92,7 @@ struct mm_sched_grouped {
       const int lo = min(E, tid * chunk), hi = min(E, lo + chunk);
       int sum = 0;
       for (int e = lo; e < hi; ++e) sum += tile_start[e + 1];
-      int incl = sum;
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int o = __shfl_up_sync(0xffffffffu, incl, d);
-        if (tid >= d) incl += o;
-      }
-      int run = incl - sum;
+      int run = mm_warp_inclusive_scan(sum) - sum; /* tid is threadIdx.x: warp 0 */
       for (int e = lo; e < hi; ++e) {
         run += tile_start[e + 1];
         tile_start[e + 1] = run;
