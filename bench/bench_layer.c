@@ -17,7 +17,9 @@
  * split- or fused-arm cell is followed by N more forwards whose in-kernel
  * timeline (src/host/timeline.h: routing phases, pull end, first and last
  * L1 tile, L2 end, barriers, reduction; the fused arm's waits on its
- * counters; min / median / max over the CTAs, each the median over the N
+ * counters; the SM clock each CTA ran at from kernel 1's start to its last
+ * math stamp there, %clock64 over %globaltimer, which NVML's samples do not
+ * show; min / median / max over the CTAs, each the median over the N
  * forwards) every rank prints. One forward varies by tens of µs at
  * thousands of tokens (docs/PERF.md, twentieth session): take N >= 10 to
  * place a 1 % effect. The stamps cost a few stores per CTA; timed cells are
@@ -194,7 +196,8 @@ static int print_timeline(const tl_stat* st, int forwards, int ctas, const char*
       "reduced", "[sum] wait pulled", "[sum] wait L1 done", "[sum] wait ring slot", "[sum] copy wait pull",
       "[sum] math: next task", "[sum] math: L1 main", "[sum] math: L1 epilogue", "[sum] math: L2 main",
       "[sum] math: L2 staging", "[sum] math: task vote", "[sum] math: L1 publish", "[sum] math: publish at L2",
-      "[sum] producer: publish", "[sum] producer: loads", "[sum] math: L1 data waits", "[sum] math: L2 data waits"};
+      "[sum] producer: publish", "[sum] producer: loads", "[sum] math: L1 data waits", "[sum] math: L2 data waits",
+      NULL, NULL, NULL /* the raw clock readings behind the next */, "SM MHz, k1 to math end"};
   _Static_assert(sizeof names / sizeof names[0] == MM_TL_EVENTS, "a name per timeline event (contract.h)");
   double* v = malloc(sizeof(double) * 4 * (size_t)forwards);
   if (!v) {
@@ -202,10 +205,12 @@ static int print_timeline(const tl_stat* st, int forwards, int ctas, const char*
     return 1;
   }
   printf("  timeline %s T %lld (rank %d, %d CTAs, %d forward%s; us after the first CTA entered kernel 1:\n"
-         "  min / median / max over the CTAs%s; [sum]: us spent per CTA, summed over the forward):\n",
+         "  min / median / max over the CTAs%s; [sum]: us spent per CTA, summed over the forward;\n"
+         "  SM MHz: each CTA's cycles over time from kernel 1's start to its last math stamp there):\n",
          arm, (long long)T, rank, ctas, forwards, forwards > 1 ? "s" : "",
          forwards > 1 ? ", each the median over the forwards, then the range of the CTA median" : "");
   for (int e = 0; e < MM_TL_EVENTS; ++e) {
+    if (!names[e]) continue;
     /* Columns over the forwards that stamped the event: min, median, max, CTAs. */
     double* col[4] = {v, v + forwards, v + 2 * forwards, v + 3 * forwards};
     int n = 0;

@@ -117,7 +117,7 @@ run() { # name defs env...: one bench process per entry of token_lists
     env "$@" timeout "${AB_TIMEOUT:-300}" "./build_ab_$name/megamoe" bench ${bench_args[@]+"${bench_args[@]}"} \
         ${toks:+--tokens "$toks"} 2>&1 |
       tee -a "$OUT/ab_bench.log" |
-      grep -E "^(staged|split|fused)|^  clocks |^clocks:" || return 1
+      grep -E "^(staged|split|fused)|^  clocks |^clocks:|^  timeline |SM MHz" || return 1
   done
 }
 rc=0

@@ -82,7 +82,8 @@ typedef enum mm_region_id {
  * point (the fused arm: the last time it did, over the CTA's tasks); the
  * pull end is the latest of the CTA's pull warps. From
  * MM_TL_FIRST_DURATION on, the entries are durations (ns) summed over the
- * forward, zeroed by the CTA when the kernel starts (fused arm). */
+ * forward, then the SM-clock entries; thread 0 of each CTA zeroes them all
+ * when kernel 1 starts (both persistent arms). */
 enum mm_timeline_event {
   MM_TL_K1_START = 0,    /* kernel 1 entered */
   MM_TL_COUNTED,         /* grid barrier after validation and counts */
@@ -123,6 +124,15 @@ enum mm_timeline_event {
   MM_TL_PROD_LOADS,      /* duration: the producer's tile loads, mostly waits for free pipeline stages (fused) */
   MM_TL_MATH_L1_DATA,    /* of the L1 mainloops: waiting for stages' data (-DMM_GEMM_WAIT_TIMER=1 builds) */
   MM_TL_MATH_L2_DATA,    /* of the L2 mainloops: the same */
+  /* The SM clock (not durations; read without the offset): */
+  MM_TL_CLK_START,       /* raw: thread 0's %clock64 right after its MM_TL_K1_START stamp */
+  MM_TL_CLK_END,         /* raw: thread 0's %clock64 at its last math stamp in kernel 1 (split: L1 math end;
+                            fused: L2 math end, so only CTAs with an L2 tile) */
+  MM_TL_CLK_END_NS,      /* raw: %globaltimer read with MM_TL_CLK_END */
+  MM_TL_SM_KHZ,          /* written by the host (mm_layer_timeline), not the device: the CTA's mean SM clock in
+                            kHz over that span, (CLK_END - CLK_START) cycles over (CLK_END_NS - K1_START) ns,
+                            routing and barrier waits included; 0 where a reading is missing. NVML's samples,
+                            mostly between forwards, do not see it */
   MM_TL_EVENTS
 };
 #define MM_TL_MAX_CTAS 256
@@ -296,6 +306,15 @@ typedef struct mm_grid_barrier_state {
 #else
 #define MM_HOST_DEVICE static inline
 #endif
+
+/* MM_TL_SM_KHZ of one CTA's entries `e` (mm_layer_timeline fills it): 0 when
+ * a reading is missing or the clock went backwards (the CTA changed SM). */
+MM_HOST_DEVICE uint64_t mm_timeline_sm_khz(const uint64_t* e) {
+  const uint64_t ns0 = e[MM_TL_K1_START], clk0 = e[MM_TL_CLK_START];
+  const uint64_t clk1 = e[MM_TL_CLK_END], ns1 = e[MM_TL_CLK_END_NS];
+  if (!ns0 || !clk0 || clk1 <= clk0 || ns1 <= ns0) return 0;
+  return (clk1 - clk0) * 1000000ull / (ns1 - ns0);
+}
 
 /* ---- The early combine's arrival counters (MM_SYM_COMBINE_ARRIVED) --------
  * One counter per (token, MM_COMBINE_UNIT_COLS-column unit) on the source

@@ -34,13 +34,31 @@ MM_DEVICE void mm_tl_add(const mm_layer_view& L, int event, uint64_t ns) {
   uint64_t* s = mm_tl_slot(L, event);
   if (s && ns) atomicAdd(reinterpret_cast<unsigned long long*>(s), (unsigned long long)ns);
 }
-/* The CTA's duration entries back to 0 (one thread, before any role adds). */
+/* The CTA's duration and SM-clock entries back to 0 (one thread, before any
+ * role adds, and before mm_tl_clock_start, whose entry this clears too). */
 MM_DEVICE void mm_tl_zero_durations(const mm_layer_view& L) {
   for (int e = MM_TL_FIRST_DURATION; e < MM_TL_EVENTS; ++e) {
     uint64_t* s = mm_tl_slot(L, e);
     if (s) *s = 0;
   }
 }
+/* The SM clock over kernel 1 (raw readings; the host turns them into
+ * MM_TL_SM_KHZ): thread 0 of the CTA, start right after the MM_TL_K1_START
+ * stamp, end at its last math stamp there (it may run several times: the last
+ * one counts). Stores only, so a mark costs what a stamp does. %clock64
+ * counts the SM's own cycles: a CTA preempted onto another SM (a debugger,
+ * time slicing) can give an end below the start, which the host drops. */
+MM_DEVICE void mm_tl_clock_start(const mm_layer_view& L) {
+  uint64_t* s = mm_tl_slot(L, MM_TL_CLK_START);
+  if (s) *s = (uint64_t)clock64();
+}
+MM_DEVICE void mm_tl_clock_end(const mm_layer_view& L) {
+  uint64_t* s = mm_tl_slot(L, MM_TL_CLK_END);
+  if (!s) return;
+  s[0] = (uint64_t)clock64();
+  s[MM_TL_CLK_END_NS - MM_TL_CLK_END] = mm_globaltimer_ns();
+}
+
 /* The clock for a duration: 0 (and no read) when the layer has no timeline. */
 MM_DEVICE uint64_t mm_tl_now(const mm_layer_view& L) { return L.timeline ? mm_globaltimer_ns() : 0; }
 

@@ -376,6 +376,7 @@ megamoe_status mm_layer_timeline(const megamoe_layer* l, uint64_t* host, int max
   const int n = sms < max_ctas ? sms : max_ctas;
   *ctas = n < MM_TL_MAX_CTAS ? n : MM_TL_MAX_CTAS;
   CUDA_TRY(cudaMemcpy(host, l->timeline, sizeof(uint64_t) * (size_t)*ctas * MM_TL_EVENTS, cudaMemcpyDeviceToHost));
+  for (int c = 0; c < *ctas; ++c) host[(size_t)c * MM_TL_EVENTS + MM_TL_SM_KHZ] = mm_timeline_sm_khz(host + (size_t)c * MM_TL_EVENTS);
   return MEGAMOE_OK;
 }
 

@@ -27,6 +27,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "host/timeline.h"
 #include "layer_case.h"
 #include "rank_ctx.h"
 #include "ref.h"
@@ -1024,6 +1025,85 @@ static mm_test_result t_peer_timeout(const mm_rank_ctx* ctx) {
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
+/* The persistent arms' in-kernel timeline (a diagnostic, src/host/timeline.h)
+ * after one checked forward: every CTA stamped kernel 1's start and its
+ * reductions, in that order and within the deadline; the SM clock
+ * (MM_TL_SM_KHZ) was measured by exactly the CTAs that mark it (split: every
+ * CTA, at its L1 math end; fused: the CTAs with an L2 tile), each in 200-3000
+ * MHz, a range any GPU's SM runs in. A wrong scale falls outside it
+ * (scripts/plants/clock_khz.sed); a missing reading leaves a CTA unmeasured. */
+static mm_test_result t_timeline(const mm_rank_ctx* ctx) {
+  if (mm_test_arm() == MEGAMOE_ARM_STAGED) return MM_TEST_SKIP; /* no timeline: the same on every rank */
+  lc_case c = lt_make(ctx, 512, 512, EXPERTS(ctx, 8), 2, 256, 40);
+  lc_data d;
+  lc_device g;
+  memset(&g, 0, sizeof g);
+  int bad = lc_build(&c, ctx->num_ranks, ctx->rank, &d) != 0;
+  if (!bad) bad = lc_upload(&c, &d, ctx->rank, &g) != 0;
+  /* The layer reads MEGAMOE_TIMELINE at create only; this process's later tests must not see it. */
+  const char* before = getenv("MEGAMOE_TIMELINE");
+  char* saved = before ? strdup(before) : NULL;
+  setenv("MEGAMOE_TIMELINE", "1", 1);
+  megamoe_layer* layer = NULL;
+  const megamoe_status created = megamoe_create(&c.cfg, ctx->comm, &layer); /* collective */
+  if (saved) setenv("MEGAMOE_TIMELINE", saved, 1);
+  else unsetenv("MEGAMOE_TIMELINE");
+  free(saved);
+  if (created != MEGAMOE_OK) {
+    fprintf(stderr, "    rank %d: create: %s\n", ctx->rank, megamoe_last_error());
+    lc_device_free(&g);
+    lc_free(&d);
+    return MM_TEST_FAIL;
+  }
+  const int64_t H = c.cfg.hidden, T = c.tokens[ctx->rank];
+  megamoe_weights w = {g.w1, g.w1_sf, g.w2, g.w2_sf};
+  if (!bad && megamoe_prepare_weights(layer, &w, ctx->stream) != MEGAMOE_OK) bad = 1;
+  megamoe_forward_args a = lc_args(&c, &g, ctx->rank);
+  if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
+  uint16_t* y = malloc(sizeof(uint16_t) * (size_t)(T * H) + 1);
+  uint64_t* tl = malloc(sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS);
+  if (lc_forward(layer, ctx, &a, H) != MEGAMOE_OK || !y || !tl) bad = 1;
+  if (!bad && (lc_download(g.y, T * H, y) != 0 || lc_compare(&c, &d, ctx->rank, y, "forward") != 0)) bad = 1;
+  int ctas = 0;
+  if (!bad && mm_layer_timeline(layer, tl, MM_TL_MAX_CTAS, &ctas) != MEGAMOE_OK) {
+    fprintf(stderr, "    rank %d: timeline: %s\n", ctx->rank, megamoe_last_error());
+    bad = 1;
+  }
+  const int split = mm_test_arm() == MEGAMOE_ARM_SPLIT;
+  int clocked = 0;
+  for (int cta = 0; cta < ctas && !bad; ++cta) {
+    const uint64_t* e = tl + (size_t)cta * MM_TL_EVENTS;
+    const uint64_t start = e[MM_TL_K1_START], reduced = e[MM_TL_REDUCED], khz = e[MM_TL_SM_KHZ];
+    if (start == 0 || reduced < start || reduced - start > (uint64_t)(c.cfg.timeout_s * 1e9)) {
+      fprintf(stderr, "    rank %d CTA %d: k1 start %llu ns, reduced %llu ns\n", ctx->rank, cta,
+              (unsigned long long)start, (unsigned long long)reduced);
+      bad = 1;
+    }
+    const int marks = split || e[MM_TL_L2_MATH_END] != 0; /* the CTAs that read the end clock */
+    if ((khz != 0) != marks) {
+      fprintf(stderr, "    rank %d CTA %d: SM clock %s, but the CTA %s its math end\n", ctx->rank, cta,
+              khz ? "measured" : "not measured", marks ? "stamped" : "did not stamp");
+      bad = 1;
+    }
+    if (khz == 0) continue;
+    ++clocked;
+    if (khz < 200000 || khz > 3000000) {
+      fprintf(stderr, "    rank %d CTA %d: SM clock %.1f MHz, outside 200-3000\n", ctx->rank, cta, khz * 1e-3);
+      bad = 1;
+    }
+  }
+  if (!bad && clocked == 0) { /* the fused arm's CTAs with an L2 tile: at least one here */
+    fprintf(stderr, "    rank %d: no CTA of %d measured the SM clock\n", ctx->rank, ctas);
+    bad = 1;
+  }
+  if (megamoe_destroy(layer) != MEGAMOE_OK) bad = 1;
+  free(y);
+  free(tl);
+  lc_device_free(&g);
+  lc_free(&d);
+  return bad ? MM_TEST_FAIL : MM_TEST_PASS;
+}
+
 const mm_rank_test mm_layer_tests[] = {
     {"smoke", t_smoke, 1},
     {"shapes", t_shapes, 1},
@@ -1048,6 +1128,7 @@ const mm_rank_test mm_layer_tests[] = {
     {"combine: early and late orders bitwise equal to staged", t_combine_orders, 1},
     {"graph: one capture replayed on 3 inputs", t_graph_replay, 1},
     {"programmatic launch: on = off bitwise, back to back and in a graph", t_programmatic_launch, 1},
+    {"timeline: every CTA stamped, the SM clock in 200-3000 MHz", t_timeline, 1},
     {"sanitize small: uniform routing, 2 forwards", t_sanitize_uniform, 1},
     {"sanitize small: 25% masked, T = 0 on the last rank, int64 top-k, group 64", t_sanitize_masked, 1},
     {"sanitize small: every token on one expert, clamp", t_sanitize_one_expert, 1},

@@ -1,9 +1,11 @@
 /* The bench's clock sampler (bench/bench_clocks.c) without a GPU: how
  * samples merge, how a record reads, and that a machine without NVML (or a
- * GPU NVML does not know) gets no sampler and a reason, not a crash. */
+ * GPU NVML does not know) gets no sampler and a reason, not a crash. And the
+ * in-kernel timeline's SM clock from its raw readings (contract.h). */
 #include <string.h>
 
 #include "bench_clocks.h"
+#include "contract.h"
 #include "unit.h"
 
 static mm_clock_stats one_sample(double sm, double mem, double watts, unsigned temp, unsigned long long why) {
@@ -83,7 +85,40 @@ static mm_test_result test_clocks_start_without_gpu(void) {
   return MM_TEST_PASS;
 }
 
+/* mm_timeline_sm_khz: cycles over nanoseconds in kHz, 0 where a reading is
+ * missing or the counter went backwards (a CTA moved to another SM). */
+static mm_test_result test_timeline_sm_khz(void) {
+  uint64_t e[MM_TL_EVENTS];
+  memset(e, 0, sizeof e);
+  e[MM_TL_K1_START] = 5000000000ull;                 /* ns */
+  e[MM_TL_CLK_START] = 123456789ull;                 /* cycles */
+  e[MM_TL_CLK_END_NS] = e[MM_TL_K1_START] + 500000;  /* 500 us later */
+  e[MM_TL_CLK_END] = e[MM_TL_CLK_START] + 850000;  /* 850 000 cycles: 1700 MHz */
+  CHECK_EQ_INT(mm_timeline_sm_khz(e), 1700000);
+  e[MM_TL_CLK_END] = e[MM_TL_CLK_START] + 990000;    /* 1980 MHz */
+  CHECK_EQ_INT(mm_timeline_sm_khz(e), 1980000);
+  uint64_t f[MM_TL_EVENTS];
+  const int raw[] = {MM_TL_K1_START, MM_TL_CLK_START, MM_TL_CLK_END, MM_TL_CLK_END_NS};
+  for (int i = 0; i < 4; ++i) { /* any reading missing */
+    memcpy(f, e, sizeof f);
+    f[raw[i]] = 0;
+    CHECK_EQ_INT(mm_timeline_sm_khz(f), 0);
+  }
+  memcpy(f, e, sizeof f);
+  f[MM_TL_CLK_END] = f[MM_TL_CLK_START] - 1; /* backwards: another SM's counter */
+  CHECK_EQ_INT(mm_timeline_sm_khz(f), 0);
+  memcpy(f, e, sizeof f);
+  f[MM_TL_CLK_END_NS] = f[MM_TL_K1_START]; /* no time passed */
+  CHECK_EQ_INT(mm_timeline_sm_khz(f), 0);
+  /* Hours of cycles do not overflow: 3.6e12 cycles (one hour at 1 GHz). */
+  e[MM_TL_CLK_END] = e[MM_TL_CLK_START] + 3600000000000ull;
+  e[MM_TL_CLK_END_NS] = e[MM_TL_K1_START] + 3600000000000ull;
+  CHECK_EQ_INT(mm_timeline_sm_khz(e), 1000000);
+  return MM_TEST_PASS;
+}
+
 const mm_test unit_suite_clocks[] = {
+    {"timeline_sm_khz", test_timeline_sm_khz},
     {"clocks_stats_merge", test_clock_stats_merge},
     {"clocks_stats_format", test_clock_stats_format},
     {"clocks_start_without_gpu", test_clocks_start_without_gpu},

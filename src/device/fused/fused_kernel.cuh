@@ -481,7 +481,10 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       /* A give-up in the hand-off (the abort word is set) stages nothing;
        * the next tile's vote leaves, the copy warps leave on the abort word. */
       (void)mm_gemm_epilogue_stage_for_copy<T2>(sm2, p2, l2_tiles++, wg, acc);
-      if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
+      if (threadIdx.x == 0) {
+        mm_tl_stamp(L, MM_TL_L2_MATH_END);
+        mm_tl_clock_end(L);
+      }
       lap(MM_TL_MATH_L2_EPI);
     }
   }

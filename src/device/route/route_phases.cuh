@@ -114,6 +114,7 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
     /* This CTA's durations back to 0: its roles (and the split arm's kernel
      * 2, launched after this kernel) add only after the grid barriers below. */
     mm_tl_zero_durations(L);
+    mm_tl_clock_start(L);
   }
   const int64_t slots = (int64_t)F.num_tokens * L.top_k;
   for (int64_t i = (int64_t)blockIdx.x * nthreads + threadIdx.x; i < slots; i += (int64_t)gridDim.x * nthreads)

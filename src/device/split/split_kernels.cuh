@@ -120,7 +120,10 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     /* The tiles' TMA stores (full tiles of a kernel with the SwiGLU staging
      * area) complete, and stop reading shared memory, before the CTA ends. */
     if (Cfg::kSwStage && tid == 0) mm_bulk_wait_group<0>();
-    if (tid == 0) mm_tl_stamp(L, MM_TL_L1_MATH_END);
+    if (tid == 0) {
+      mm_tl_stamp(L, MM_TL_L1_MATH_END);
+      mm_tl_clock_end(L);
+    }
   }
 }
 
