@@ -23,7 +23,11 @@
  * forwards) every rank prints. One forward varies by tens of µs at
  * thousands of tokens (docs/PERF.md, twentieth session): take N >= 10 to
  * place a 1 % effect. The stamps cost a few stores per CTA; timed cells are
- * measured with them on, so compare arms without it. */
+ * measured with them on, so compare arms without it. With it, rank 0 also
+ * reads the SM clock of every timed split or fused forward (after its
+ * events, outside the time; not with --back-to-back) and prints the median
+ * after the row: a difference between builds is the code's only at equal
+ * clocks (docs/PERF.md, twenty-first session). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +186,22 @@ static int timeline_read(const megamoe_layer* layer, tl_stat* out, int* ctas) {
     out[e] = (tl_stat){col[0] * 1e-3, col[n / 2] * 1e-3, col[n - 1] * 1e-3, n};
   }
   free(stamps);
+  return 0;
+}
+
+/* The SM clock of the layer's last forward: the median over its CTAs of
+ * MM_TL_SM_KHZ, in MHz; 0 when no CTA measured it. `stamps` holds
+ * MM_TL_MAX_CTAS * MM_TL_EVENTS entries, `col` MM_TL_MAX_CTAS. */
+static int timeline_sm_mhz(const megamoe_layer* layer, uint64_t* stamps, double* col, double* mhz) {
+  int ctas = 0, n = 0;
+  *mhz = 0;
+  if (mm_layer_timeline(layer, stamps, MM_TL_MAX_CTAS, &ctas) != MEGAMOE_OK) {
+    fprintf(stderr, "bench: timeline: %s\n", megamoe_last_error());
+    return 1;
+  }
+  for (int c = 0; c < ctas; ++c)
+    if (stamps[(size_t)c * MM_TL_EVENTS + MM_TL_SM_KHZ]) col[n++] = stamps[(size_t)c * MM_TL_EVENTS + MM_TL_SM_KHZ] * 1e-3;
+  if (n > 0) *mhz = median(col, n);
   return 0;
 }
 
@@ -355,7 +375,15 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   /* Sized by the options: iters per round, rounds per arm (checked at parse). */
   double* times = malloc(sizeof(double) * (size_t)o->iters);
   double* round_median = malloc(sizeof(double) * (size_t)(MAX_SLOTS * o->rounds));
-  if (!h_idx || !h_w || !times || !round_median) {
+  /* With the timeline (rank 0, the persistent arms): the SM clock of every
+   * timed forward, read after its events, so a time can be read against the
+   * clock it ran at (docs/PERF.md, twenty-first session). */
+  const int clock_rows = timeline_forwards > 0 && rank == 0;
+  double* fwd_mhz = clock_rows ? malloc(sizeof(double) * (size_t)(MAX_SLOTS * o->rounds * o->iters)) : NULL;
+  int fwd_mhz_n[MAX_SLOTS];
+  uint64_t* tl_stamps = clock_rows ? malloc(sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS) : NULL;
+  double* tl_col = clock_rows ? malloc(sizeof(double) * MM_TL_MAX_CTAS) : NULL;
+  if (!h_idx || !h_w || !times || !round_median || (clock_rows && (!fwd_mhz || !tl_stamps || !tl_col))) {
     fprintf(stderr, "rank %d: out of host memory\n", rank);
     return 3;
   }
@@ -404,7 +432,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
     megamoe_forward_args args = {x, x_sf, topk_idx, MEGAMOE_INDEX_INT32, topk_w, T, o->no_bound ? 0 : T, y};
     double cell[MAX_SLOTS] = {0};
     mm_clock_stats cell_clocks[MAX_SLOTS]; /* --clocks: this GPU during each cell's timed rounds */
-    for (int s = 0; s < num_slots; ++s) cell_clocks[s] = mm_clock_stats_empty();
+    for (int s = 0; s < num_slots; ++s) cell_clocks[s] = mm_clock_stats_empty(), fwd_mhz_n[s] = 0;
     for (int s = 0; s < num_slots; ++s) {
       megamoe_layer* layer = layers[slot_arm[s]];
       MK(megamoe_set_programmatic_launch(layer, slot_pdl[s]));
@@ -447,6 +475,11 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
           float ms = 0;
           CK(cudaEventElapsedTime(&ms, ev0, ev1));
           times[it] = ms * 1000.0;
+          if (clock_rows && o->arms[a] != MEGAMOE_ARM_STAGED) {
+            double mhz = 0;
+            if (timeline_sm_mhz(layers[a], tl_stamps, tl_col, &mhz) != 0) return 3;
+            if (mhz > 0) fwd_mhz[(size_t)s * o->rounds * o->iters + fwd_mhz_n[s]++] = mhz;
+          }
         }
         MK(megamoe_sync(layers[a], stream));
         round_median[s * o->rounds + round] = median(times, o->iters);
@@ -480,6 +513,13 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
           char line[320];
           mm_clock_stats_format(&cell_clocks[s], line, (int)sizeof line);
           printf("  clocks %s T %lld (rank 0's GPU, the timed rounds): %s\n", slot_name[s], (long long)T, line);
+        }
+        if (clock_rows && fwd_mhz_n[s] > 0) {
+          double* v = &fwd_mhz[(size_t)s * o->rounds * o->iters];
+          const int n = fwd_mhz_n[s];
+          const double mid = median(v, n); /* sorts v: its ends are the range */
+          printf("  SM MHz %s T %lld (rank 0, the timed forwards, each its CTAs' median): %.0f median (%.0f-%.0f, %d "
+                 "forwards)\n", slot_name[s], (long long)T, mid, v[0], v[n - 1], n);
         }
       }
       /* The persistent arms' in-kernel timeline of more forwards (--timeline N,
@@ -524,6 +564,9 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   free(h_w);
   free(times);
   free(round_median);
+  free(fwd_mhz);
+  free(tl_stamps);
+  free(tl_col);
   cudaFree(w1);
   cudaFree(w2);
   cudaFree(w1_sf);

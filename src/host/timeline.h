@@ -15,8 +15,10 @@
 #include "megamoe.h"
 
 /* Copies the last forward's stamps: host [ctas][MM_TL_EVENTS] (ns; 0 = the
- * CTA did not reach the event), *ctas the number of CTAs (<= max_ctas).
- * Synchronous; call after megamoe_sync. */
+ * CTA did not reach the event), *ctas the number of CTAs (<= max_ctas), with
+ * each CTA's MM_TL_SM_KHZ computed from its clock readings. Synchronous; call
+ * once the forward's stream work has completed (megamoe_sync, or an event
+ * recorded after the forward and synchronized). */
 megamoe_status mm_layer_timeline(const megamoe_layer* layer, uint64_t* host, int max_ctas, int* ctas);
 
 /* Zeroes the stamps on `stream` (before a forward whose timeline is read:
