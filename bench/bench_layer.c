@@ -150,8 +150,9 @@ static int allreduce_max(double* v, int n, ncclComm_t comm, cudaStream_t stream,
 
 /* The in-kernel timeline (src/host/timeline.h), one rank's view. Per
  * event and forward: the CTAs' stamps relative to the earliest kernel-1
- * start (the [sum] events: per-CTA durations as they are), as min / median
- * / max µs over the CTAs, and how many CTAs stamped it (0: none). */
+ * start (the [sum] events: per-CTA durations as they are; MM_TL_SM_KHZ:
+ * kHz, so its "µs" read as MHz), as min / median / max µs over the CTAs,
+ * and how many CTAs stamped it (0: none). */
 typedef struct tl_stat {
   double min_us, med_us, max_us;
   int ctas;
@@ -186,22 +187,6 @@ static int timeline_read(const megamoe_layer* layer, tl_stat* out, int* ctas) {
     out[e] = (tl_stat){col[0] * 1e-3, col[n / 2] * 1e-3, col[n - 1] * 1e-3, n};
   }
   free(stamps);
-  return 0;
-}
-
-/* The SM clock of the layer's last forward: the median over its CTAs of
- * MM_TL_SM_KHZ, in MHz; 0 when no CTA measured it. `stamps` holds
- * MM_TL_MAX_CTAS * MM_TL_EVENTS entries, `col` MM_TL_MAX_CTAS. */
-static int timeline_sm_mhz(const megamoe_layer* layer, uint64_t* stamps, double* col, double* mhz) {
-  int ctas = 0, n = 0;
-  *mhz = 0;
-  if (mm_layer_timeline(layer, stamps, MM_TL_MAX_CTAS, &ctas) != MEGAMOE_OK) {
-    fprintf(stderr, "bench: timeline: %s\n", megamoe_last_error());
-    return 1;
-  }
-  for (int c = 0; c < ctas; ++c)
-    if (stamps[(size_t)c * MM_TL_EVENTS + MM_TL_SM_KHZ]) col[n++] = stamps[(size_t)c * MM_TL_EVENTS + MM_TL_SM_KHZ] * 1e-3;
-  if (n > 0) *mhz = median(col, n);
   return 0;
 }
 
@@ -381,9 +366,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   const int clock_rows = timeline_forwards > 0 && rank == 0;
   double* fwd_mhz = clock_rows ? malloc(sizeof(double) * (size_t)(MAX_SLOTS * o->rounds * o->iters)) : NULL;
   int fwd_mhz_n[MAX_SLOTS];
-  uint64_t* tl_stamps = clock_rows ? malloc(sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS) : NULL;
-  double* tl_col = clock_rows ? malloc(sizeof(double) * MM_TL_MAX_CTAS) : NULL;
-  if (!h_idx || !h_w || !times || !round_median || (clock_rows && (!fwd_mhz || !tl_stamps || !tl_col))) {
+  if (!h_idx || !h_w || !times || !round_median || (clock_rows && !fwd_mhz)) {
     fprintf(stderr, "rank %d: out of host memory\n", rank);
     return 3;
   }
@@ -476,9 +459,12 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
           CK(cudaEventElapsedTime(&ms, ev0, ev1));
           times[it] = ms * 1000.0;
           if (clock_rows && o->arms[a] != MEGAMOE_ARM_STAGED) {
-            double mhz = 0;
-            if (timeline_sm_mhz(layers[a], tl_stamps, tl_col, &mhz) != 0) return 3;
-            if (mhz > 0) fwd_mhz[(size_t)s * o->rounds * o->iters + fwd_mhz_n[s]++] = mhz;
+            /* The forward's timeline; its SM_KHZ column's median over the CTAs, read as MHz. */
+            tl_stat last[MM_TL_EVENTS];
+            int ctas = 0;
+            if (timeline_read(layers[a], last, &ctas) != 0) return 3;
+            if (last[MM_TL_SM_KHZ].ctas > 0)
+              fwd_mhz[(size_t)s * o->rounds * o->iters + fwd_mhz_n[s]++] = last[MM_TL_SM_KHZ].med_us;
           }
         }
         MK(megamoe_sync(layers[a], stream));
@@ -565,8 +551,6 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   free(times);
   free(round_median);
   free(fwd_mhz);
-  free(tl_stamps);
-  free(tl_col);
   cudaFree(w1);
   cudaFree(w2);
   cudaFree(w1_sf);
