@@ -71,7 +71,7 @@ endif
 DEP_LIBDIRS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                $(if $(filter $(CUDA_HOME)/lib64,$(NCCL_LIB)),,-L$(NCCL_LIB) -Wl,-rpath,$(NCCL_LIB))
 # What the library itself needs (the shared library links exactly these).
-LIB_LDLIBS  := $(DEP_LIBDIRS) -lnccl -lcudart -lstdc++ -lm
+LIB_LDLIBS  := $(DEP_LIBDIRS) -lnccl -lcudart -lpthread -lstdc++ -lm
 # Programs linked with the static library (the benchmark and the GEMM tests
 # also use cuBLASLt).
 LDLIBS      := $(DEP_LIBDIRS) -lnccl -lcublasLt -lcudart -lpthread -lm -ldl -lstdc++
@@ -250,8 +250,8 @@ install: $(LIB) $(SO)
 	install -m 755 $(SO) $(DESTDIR)$(LIBDIR)/$(SO_FILE)
 	ln -sf $(SO_FILE) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libmegamoe.so
-	$(call pc_file,megamoe,shared,-L$${libdir} -lmegamoe,-lstdc++ -lm)
-	$(call pc_file,megamoe-static,static,$${libdir}/libmegamoe.a -lstdc++ -lm,)
+	$(call pc_file,megamoe,shared,-L$${libdir} -lmegamoe,-lpthread -lstdc++ -lm)
+	$(call pc_file,megamoe-static,static,$${libdir}/libmegamoe.a -lpthread -lstdc++ -lm,)
 
 # Installs into a temporary folder, builds the example against the installed
 # tree through pkg-config (shared and static), checks what each binary loads,

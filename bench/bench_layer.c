@@ -194,16 +194,6 @@ static int timeline_read(const megamoe_layer* layer, tl_stat* out, int* ctas) {
  * per event the median over the forwards of each column, and with more
  * than one forward the range of the CTA median over them. */
 static int print_timeline(const tl_stat* st, int forwards, int ctas, const char* arm, int64_t T, int rank) {
-  static const char* const names[] = {
-      "k1 start", "counted", "published", "barrier 0 (CTA 0)", "layout (CTA 0)", "laid out", "stream built", "tasks decoded", "roles start",
-      "pull end", "L1 first load", "L1 first tile issued", "L1 last tile issued", "L1 math end", "k2 start / 1st L2",
-      "L2 math end", "pushed", "combined (barrier 1)",
-      "reduced", "[sum] wait pulled", "[sum] wait L1 done", "[sum] wait ring slot", "[sum] copy wait pull",
-      "[sum] math: next task", "[sum] math: L1 main", "[sum] math: L1 epilogue", "[sum] math: L2 main",
-      "[sum] math: L2 staging", "[sum] math: task vote", "[sum] math: L1 publish", "[sum] math: publish at L2",
-      "[sum] producer: publish", "[sum] producer: loads", "[sum] math: L1 data waits", "[sum] math: L2 data waits",
-      NULL, NULL, NULL /* the raw clock readings behind the next */, "SM MHz, k1 to math end"};
-  _Static_assert(sizeof names / sizeof names[0] == MM_TL_EVENTS, "a name per timeline event (contract.h)");
   double* v = malloc(sizeof(double) * 4 * (size_t)forwards);
   if (!v) {
     fprintf(stderr, "bench: timeline: out of host memory\n");
@@ -215,7 +205,8 @@ static int print_timeline(const tl_stat* st, int forwards, int ctas, const char*
          arm, (long long)T, rank, ctas, forwards, forwards > 1 ? "s" : "",
          forwards > 1 ? ", each the median over the forwards, then the range of the CTA median" : "");
   for (int e = 0; e < MM_TL_EVENTS; ++e) {
-    if (!names[e]) continue;
+    const char* name = mm_timeline_event_name(e);
+    if (!name) continue;
     /* Columns over the forwards that stamped the event: min, median, max, CTAs. */
     double* col[4] = {v, v + forwards, v + 2 * forwards, v + 3 * forwards};
     int n = 0;
@@ -226,12 +217,12 @@ static int print_timeline(const tl_stat* st, int forwards, int ctas, const char*
       ++n;
     }
     if (n == 0) {
-      printf("    %-22s (no CTA)\n", names[e]);
+      printf("    %-22s (no CTA)\n", name);
       continue;
     }
     /* median() sorts its column: the range of the CTA median is read after. */
     const double lo = median(col[0], n), mid = median(col[1], n), hi = median(col[2], n), in = median(col[3], n);
-    printf("    %-22s %9.1f %9.1f %9.1f   (%.0f CTAs", names[e], lo, mid, hi, in);
+    printf("    %-22s %9.1f %9.1f %9.1f   (%.0f CTAs", name, lo, mid, hi, in);
     if (n < forwards) printf("; in %d of %d forwards", n, forwards);
     printf(")");
     if (forwards > 1) printf("   median %.1f-%.1f", col[1][0], col[1][n - 1]);

@@ -78,7 +78,7 @@ typedef enum mm_region_id {
 
 /* The persistent arms' in-kernel timeline (diagnostic): events each CTA
  * stamps (%globaltimer, ns) when the layer was created with
- * MEGAMOE_TIMELINE=1. A stamp is the time one designated thread reached the
+ * MEGAMOE_TIMELINE=1 (or =mapped: host/timeline.h). A stamp is the time one designated thread reached the
  * point (the fused arm: the last time it did, over the CTA's tasks); the
  * pull end is the latest of the CTA's pull warps. From
  * MM_TL_FIRST_DURATION on, the entries are durations (ns) summed over the
@@ -156,7 +156,7 @@ typedef struct mm_layer_view {
   int32_t num_sms;                   /* the device's SMs: the persistent arms' grid (one CTA each) */
   int32_t fill_blocks;               /* grid of the grid-stride kernels: 4 per SM */
   uint64_t* timeline;                /* [CTA][MM_TL_EVENTS] %globaltimer stamps of the persistent arms' kernels,
-                                        or NULL (off: MEGAMOE_TIMELINE=1 at create turns it on) */
+                                        or NULL (off: MEGAMOE_TIMELINE=1 or mapped at create turns it on) */
   int32_t ring_blocks;               /* fused arm: ring slots of MM_FUSED_BLOCK_ROWS rows (pool_rows / 128) */
   int32_t virtual_blocks;            /* fused arm: per-block counters per bank (the worst case at T_max) */
   int32_t programmatic_launch;       /* 1: the persistent arms' kernels launch with programmatic stream

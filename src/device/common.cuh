@@ -212,6 +212,17 @@ MM_DEVICE uint64_t mm_ld_acquire_sys_u64(const uint64_t* p) {
   return v;
 }
 
+/* A diagnostic timeline stamp (timeline.cuh; also the GEMM producers' first
+ * tile stamp): a strong system-scope store, because a timeline in mapped host
+ * memory (MEGAMOE_TIMELINE=mapped) is read by the host while the kernel runs,
+ * and only such a write is sure to reach it before the kernel ends (a weak one
+ * may sit in L2). In device memory it costs what a plain store does: both go
+ * to L2. No "memory" clobber: a stamp orders nothing around it, as the plain
+ * store it replaced did not (the asm is volatile, so it is not dropped). */
+MM_DEVICE void mm_tl_store(uint64_t* s, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(s), "l"(v));
+}
+
 MM_DEVICE uint64_t mm_globaltimer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

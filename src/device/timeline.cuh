@@ -2,7 +2,7 @@
  * mm_timeline_event; host/timeline.h): one thread's %globaltimer stamp, or
  * the latest of several (pull warps), or a duration summed over the forward.
  * No-ops when the layer has none (every layer but a split or fused one
- * created with MEGAMOE_TIMELINE=1). */
+ * created with MEGAMOE_TIMELINE=1 or mapped: host/timeline.h). */
 #ifndef MEGAMOE_DEVICE_TIMELINE_CUH
 #define MEGAMOE_DEVICE_TIMELINE_CUH
 
@@ -17,29 +17,32 @@
 #define MM_FUSED_MATH_TIMELINE 0
 #endif
 
+/* Stamps are stored (mm_tl_store, common.cuh) and summed with system scope:
+ * a timeline in mapped host memory (MEGAMOE_TIMELINE=mapped) is read by the
+ * host while the kernel runs. */
 MM_DEVICE uint64_t* mm_tl_slot(const mm_layer_view& L, int event) {
   return L.timeline && blockIdx.x < MM_TL_MAX_CTAS ? L.timeline + (size_t)blockIdx.x * MM_TL_EVENTS + event : nullptr;
 }
 MM_DEVICE void mm_tl_stamp(const mm_layer_view& L, int event) {
   uint64_t* s = mm_tl_slot(L, event);
-  if (s) *s = mm_globaltimer_ns();
+  if (s) mm_tl_store(s, mm_globaltimer_ns());
 }
 MM_DEVICE void mm_tl_stamp_latest(const mm_layer_view& L, int event) {
   uint64_t* s = mm_tl_slot(L, event);
-  if (s) atomicMax(reinterpret_cast<unsigned long long*>(s), (unsigned long long)mm_globaltimer_ns());
+  if (s) atomicMax_system(reinterpret_cast<unsigned long long*>(s), (unsigned long long)mm_globaltimer_ns());
 }
 
 /* Adds ns to a duration entry (MM_TL_FIRST_DURATION on). */
 MM_DEVICE void mm_tl_add(const mm_layer_view& L, int event, uint64_t ns) {
   uint64_t* s = mm_tl_slot(L, event);
-  if (s && ns) atomicAdd(reinterpret_cast<unsigned long long*>(s), (unsigned long long)ns);
+  if (s && ns) atomicAdd_system(reinterpret_cast<unsigned long long*>(s), (unsigned long long)ns);
 }
 /* The CTA's duration and SM-clock entries back to 0 (one thread, before any
  * role adds, and before mm_tl_clock_start, whose entry this clears too). */
 MM_DEVICE void mm_tl_zero_durations(const mm_layer_view& L) {
   for (int e = MM_TL_FIRST_DURATION; e < MM_TL_EVENTS; ++e) {
     uint64_t* s = mm_tl_slot(L, e);
-    if (s) *s = 0;
+    if (s) mm_tl_store(s, 0);
   }
 }
 /* The SM clock over kernel 1 (raw readings; the host turns them into
@@ -50,13 +53,13 @@ MM_DEVICE void mm_tl_zero_durations(const mm_layer_view& L) {
  * time slicing) can give an end below the start, which the host drops. */
 MM_DEVICE void mm_tl_clock_start(const mm_layer_view& L) {
   uint64_t* s = mm_tl_slot(L, MM_TL_CLK_START);
-  if (s) *s = (uint64_t)clock64();
+  if (s) mm_tl_store(s, (uint64_t)clock64());
 }
 MM_DEVICE void mm_tl_clock_end(const mm_layer_view& L) {
   uint64_t* s = mm_tl_slot(L, MM_TL_CLK_END);
   if (!s) return;
-  s[0] = (uint64_t)clock64();
-  s[MM_TL_CLK_END_NS - MM_TL_CLK_END] = mm_globaltimer_ns();
+  mm_tl_store(s, (uint64_t)clock64());
+  mm_tl_store(s + (MM_TL_CLK_END_NS - MM_TL_CLK_END), mm_globaltimer_ns());
 }
 
 /* The clock for a duration: 0 (and no read) when the layer has no timeline. */

@@ -46,7 +46,9 @@ struct megamoe_layer {
   mm_gemm_engine engine;
   mm_plan plan;          /* GEMM problems and plans, made when the weights are set */
   int early_combine_mode; /* MEGAMOE_EARLY_COMBINE (0 never, 1 auto, 2 always; plan.h), read at create */
-  uint64_t* timeline;    /* the persistent arms' diagnostic timeline (MEGAMOE_TIMELINE=1), or NULL */
+  uint64_t* timeline;    /* the persistent arms' diagnostic timeline (MEGAMOE_TIMELINE=1 or mapped; its device address), or NULL */
+  uint64_t* timeline_mapped;        /* its host address when mapped (then freed with cudaFreeHost), or NULL */
+  mm_timeline_watch* timeline_watch; /* MEGAMOE_TIMELINE_WATCH's thread over the mapped stamps, or NULL */
   mm_layer_view view;
 };
 
@@ -125,6 +127,14 @@ static megamoe_status release(megamoe_layer* l, int collective) {
     if (r != ncclSuccess && st == MEGAMOE_OK)
       st = mm_fail(MEGAMOE_ERR_NCCL, "ncclMemFree: %s", ncclGetErrorString(r));
   }
+  /* The watch reads the mapped stamps: stopped before they are freed. */
+  mm_timeline_watch_stop(l->timeline_watch);
+  if (l->timeline_mapped) {
+    cudaError_t e = cudaFreeHost(l->timeline_mapped);
+    if (e != cudaSuccess && st == MEGAMOE_OK)
+      st = mm_fail(MEGAMOE_ERR_CUDA, "cudaFreeHost (timeline): %s", cudaGetErrorString(e));
+    l->timeline = NULL;
+  }
   void* plain[4] = {l->symmetric_is_nccl ? NULL : l->symmetric, l->workspace, l->weights, l->timeline};
   for (int i = 0; i < 4; ++i) {
     if (!plain[i]) continue;
@@ -154,6 +164,44 @@ static megamoe_status agree(megamoe_layer* l, megamoe_status local) {
   return MEGAMOE_OK;
 }
 
+/* The persistent arms' diagnostic timeline (timeline.h), on request:
+ * MEGAMOE_TIMELINE=1 in device memory; =mapped in mapped pinned host memory,
+ * with the watch thread when MEGAMOE_TIMELINE_WATCH gives its period in
+ * seconds. Anything else: none. Before the all-rank agreement, as every
+ * allocation: a failure on one rank fails create on all. */
+static megamoe_status create_timeline(megamoe_layer* l) {
+  const char* tl = getenv("MEGAMOE_TIMELINE");
+  const size_t bytes = sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS;
+  if (tl && strcmp(tl, "1") == 0) {
+    cudaError_t e = cudaMalloc((void**)&l->timeline, bytes);
+    if (e == cudaSuccess) e = cudaMemset(l->timeline, 0, bytes);
+    if (e != cudaSuccess) return mm_fail(MEGAMOE_ERR_CUDA, "timeline buffer (MEGAMOE_TIMELINE=1): %s", cudaGetErrorString(e));
+  } else if (tl && strcmp(tl, "mapped") == 0) {
+    cudaError_t e = cudaHostAlloc((void**)&l->timeline_mapped, bytes, cudaHostAllocMapped);
+    if (e == cudaSuccess) {
+      memset(l->timeline_mapped, 0, bytes);
+      e = cudaHostGetDevicePointer((void**)&l->timeline, l->timeline_mapped, 0);
+    }
+    if (e != cudaSuccess) return mm_fail(MEGAMOE_ERR_CUDA, "timeline buffer (MEGAMOE_TIMELINE=mapped): %s", cudaGetErrorString(e));
+    const char* watch = getenv("MEGAMOE_TIMELINE_WATCH");
+    const double period_s = watch ? strtod(watch, NULL) : 0.0;
+    if (watch && !(period_s >= MM_TL_WATCH_MIN_S && period_s <= MM_TL_WATCH_MAX_S))
+      return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "MEGAMOE_TIMELINE_WATCH=%s: want seconds in [%g, %g]", watch,
+                     MM_TL_WATCH_MIN_S, MM_TL_WATCH_MAX_S);
+    if (watch) {
+      int sms = 0;
+      CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, l->device));
+      l->timeline_watch = mm_timeline_watch_start(l->timeline_mapped, sms < MM_TL_MAX_CTAS ? sms : MM_TL_MAX_CTAS,
+                                                  l->rank, period_s);
+      if (!l->timeline_watch)
+        return mm_fail(MEGAMOE_ERR_INTERNAL, "MEGAMOE_TIMELINE_WATCH=%s: the watch thread did not start", watch);
+    }
+  } else if (getenv("MEGAMOE_TIMELINE_WATCH")) {
+    fprintf(stderr, "megamoe: MEGAMOE_TIMELINE_WATCH is ignored without MEGAMOE_TIMELINE=mapped\n");
+  }
+  return MEGAMOE_OK;
+}
+
 static megamoe_status allocate_local(megamoe_layer* l) {
   const mm_layout* lay = &l->layout;
   CUDA_TRY(cudaMalloc(&l->workspace, lay->workspace_bytes));
@@ -167,7 +215,7 @@ static megamoe_status allocate_local(megamoe_layer* l) {
                       cudaMemcpyHostToDevice));
   CUDA_TRY(cudaMemcpy((uint8_t*)l->workspace + lay->regions[MM_WS_EPOCH].offset, &first_forward,
                       sizeof first_forward, cudaMemcpyHostToDevice));
-  return MEGAMOE_OK;
+  return l->config.arm == MEGAMOE_ARM_STAGED ? MEGAMOE_OK : create_timeline(l);
 }
 
 static void build_view(megamoe_layer* l, uint8_t** peers) {
@@ -199,6 +247,7 @@ static void build_view(megamoe_layer* l, uint8_t** peers) {
                   launch larger than the device holds fails cleanly instead of hanging */
   v->num_sms = sms;
   v->fill_blocks = 4 * sms;
+  v->timeline = l->timeline; /* the diagnostic timeline's device address, or NULL */
 }
 
 /* The last local step of create: the plan, with the workspace standing in
@@ -211,15 +260,6 @@ static megamoe_status finish_create(megamoe_layer* l, megamoe_layer** layer_out)
   const uint8_t* stand_in = (const uint8_t*)l->workspace;
   megamoe_status st = mm_plan_make(&l->plan, &l->config, &l->view, (int)l->engine, stand_in,
                                    (const float*)stand_in, stand_in, (const float*)stand_in);
-  /* The persistent arms' diagnostic timeline (src/host/timeline.h), on request. */
-  const char* tl = getenv("MEGAMOE_TIMELINE");
-  if (st == MEGAMOE_OK && tl && strcmp(tl, "1") == 0 && l->config.arm != MEGAMOE_ARM_STAGED) {
-    const size_t bytes = sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS;
-    cudaError_t e = cudaMalloc((void**)&l->timeline, bytes);
-    if (e == cudaSuccess) e = cudaMemset(l->timeline, 0, bytes);
-    if (e != cudaSuccess) st = mm_fail(MEGAMOE_ERR_CUDA, "timeline buffer (MEGAMOE_TIMELINE=1): %s", cudaGetErrorString(e));
-    else l->view.timeline = l->timeline;
-  }
   if (st != MEGAMOE_OK) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", megamoe_last_error());
@@ -370,7 +410,7 @@ megamoe_status mm_layer_timeline(const megamoe_layer* l, uint64_t* host, int max
   MM_CHECK_NULL(l, "layer");
   MM_CHECK_NULL(host, "host");
   MM_CHECK_NULL(ctas, "ctas");
-  if (!l->timeline) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "layer: no timeline (create a split layer with MEGAMOE_TIMELINE=1)");
+  if (!l->timeline) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "layer: no timeline (create a split or fused layer with MEGAMOE_TIMELINE=1 or mapped)");
   int sms = 0;
   CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, l->device));
   const int n = sms < max_ctas ? sms : max_ctas;
@@ -382,7 +422,7 @@ megamoe_status mm_layer_timeline(const megamoe_layer* l, uint64_t* host, int max
 
 megamoe_status mm_layer_timeline_clear(const megamoe_layer* l, cudaStream_t stream) {
   MM_CHECK_NULL(l, "layer");
-  if (!l->timeline) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "layer: no timeline (create a split layer with MEGAMOE_TIMELINE=1)");
+  if (!l->timeline) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "layer: no timeline (create a split or fused layer with MEGAMOE_TIMELINE=1 or mapped)");
   CUDA_TRY(cudaMemsetAsync(l->timeline, 0, sizeof(uint64_t) * MM_TL_MAX_CTAS * MM_TL_EVENTS, stream));
   return MEGAMOE_OK;
 }

@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -1025,14 +1027,89 @@ static mm_test_result t_peer_timeout(const mm_rank_ctx* ctx) {
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
 
+/* Sets name to value (NULL: unsets it) and returns its old value to restore
+ * (strdup'ed, or NULL when it was unset). */
+static char* swap_env(const char* name, const char* value) {
+  const char* before = getenv(name);
+  char* saved = before ? strdup(before) : NULL;
+  if (value) setenv(name, value, 1);
+  else unsetenv(name);
+  return saved;
+}
+static void restore_env(const char* name, char* saved) {
+  if (saved) setenv(name, saved, 1);
+  else unsetenv(name);
+  free(saved);
+}
+
+/* This process's stderr into a temporary file (the watch thread's lines),
+ * then back: the captured text is copied to the real stderr too, so nothing
+ * printed meanwhile is lost. */
+typedef struct {
+  char path[64];
+  int fd, saved;
+} stderr_capture;
+static int stderr_capture_begin(stderr_capture* c) {
+  snprintf(c->path, sizeof c->path, "/tmp/megamoe_stderr_XXXXXX");
+  c->fd = mkstemp(c->path);
+  c->saved = -1;
+  if (c->fd < 0) return 1;
+  fflush(stderr);
+  c->saved = dup(2);
+  if (c->saved < 0 || dup2(c->fd, 2) != 2) {
+    close(c->fd);
+    unlink(c->path);
+    c->fd = -1;
+    return 1;
+  }
+  return 0;
+}
+/* The captured text (malloc'ed, NUL-terminated; NULL on failure). */
+static char* stderr_capture_end(stderr_capture* c) {
+  if (c->fd < 0) return NULL;
+  fflush(stderr);
+  dup2(c->saved, 2);
+  close(c->saved);
+  char* text = NULL;
+  const off_t n = lseek(c->fd, 0, SEEK_END);
+  if (n >= 0 && (text = malloc((size_t)n + 1)) != NULL) {
+    const ssize_t got = pread(c->fd, text, (size_t)n, 0);
+    text[got > 0 ? got : 0] = '\0';
+    fputs(text, stderr);
+  }
+  close(c->fd);
+  unlink(c->path);
+  return text;
+}
+
+/* The watch's last line says every one of `ctas` CTAs is at 'reduced' (one
+ * group, so no ';'). 0 when it does. */
+static int watch_saw_all_reduced(const char* text, int rank, int ctas) {
+  char head[96], want[64];
+  snprintf(head, sizeof head, "megamoe: timeline watch (rank %d): ", rank);
+  snprintf(want, sizeof want, "%d CTAs at 'reduced' (", ctas);
+  const char* last = NULL;
+  for (const char* p = text; (p = strstr(p, head)) != NULL; p += strlen(head)) last = p;
+  if (!last) return 1;
+  last += strlen(head);
+  const char* end = strchr(last, '\n');
+  const size_t len = end ? (size_t)(end - last) : strlen(last);
+  const char* semi = memchr(last, ';', len);
+  return strncmp(last, want, strlen(want)) != 0 || semi != NULL;
+}
+
 /* The persistent arms' in-kernel timeline (a diagnostic, src/host/timeline.h)
  * after one checked forward: every CTA stamped kernel 1's start and its
  * reductions, in that order and within the deadline; the SM clock
  * (MM_TL_SM_KHZ) was measured by exactly the CTAs that mark it (split: every
  * CTA, at its L1 math end; fused: the CTAs with an L2 tile), each in 200-3000
  * MHz, a range any GPU's SM runs in. A wrong scale falls outside it
- * (scripts/plants/clock_khz.sed); a missing reading leaves a CTA unmeasured. */
-static mm_test_result t_timeline(const mm_rank_ctx* ctx) {
+ * (scripts/plants/clock_khz.sed); a missing reading leaves a CTA unmeasured.
+ * mode: MEGAMOE_TIMELINE's value, "1" (device memory) or "mapped" (mapped
+ * host memory, with the watch thread every 50 ms: after the forward it must
+ * print, from the mapped memory itself, every CTA at 'reduced', and destroy
+ * must stop it). */
+static mm_test_result timeline_forward(const mm_rank_ctx* ctx, const char* mode) {
   if (mm_test_arm() == MEGAMOE_ARM_STAGED) return MM_TEST_SKIP; /* no timeline: the same on every rank */
   lc_case c = lt_make(ctx, 512, 512, EXPERTS(ctx, 8), 2, 256, 40);
   lc_data d;
@@ -1040,17 +1117,22 @@ static mm_test_result t_timeline(const mm_rank_ctx* ctx) {
   memset(&g, 0, sizeof g);
   int bad = lc_build(&c, ctx->num_ranks, ctx->rank, &d) != 0;
   if (!bad) bad = lc_upload(&c, &d, ctx->rank, &g) != 0;
-  /* The layer reads MEGAMOE_TIMELINE at create only; this process's later tests must not see it. */
-  const char* before = getenv("MEGAMOE_TIMELINE");
-  char* saved = before ? strdup(before) : NULL;
-  setenv("MEGAMOE_TIMELINE", "1", 1);
+  const int mapped = strcmp(mode, "mapped") == 0;
+  stderr_capture cap = {.fd = -1};
+  if (mapped && stderr_capture_begin(&cap) != 0) {
+    fprintf(stderr, "    rank %d: could not capture stderr\n", ctx->rank);
+    bad = 1;
+  }
+  /* The layer reads these at create only; this process's later tests must not see them. */
+  char* saved = swap_env("MEGAMOE_TIMELINE", mode);
+  char* saved_watch = swap_env("MEGAMOE_TIMELINE_WATCH", mapped ? "0.05" : NULL);
   megamoe_layer* layer = NULL;
   const megamoe_status created = megamoe_create(&c.cfg, ctx->comm, &layer); /* collective */
-  if (saved) setenv("MEGAMOE_TIMELINE", saved, 1);
-  else unsetenv("MEGAMOE_TIMELINE");
-  free(saved);
+  restore_env("MEGAMOE_TIMELINE", saved);
+  restore_env("MEGAMOE_TIMELINE_WATCH", saved_watch);
   if (created != MEGAMOE_OK) {
     fprintf(stderr, "    rank %d: create: %s\n", ctx->rank, megamoe_last_error());
+    free(stderr_capture_end(&cap));
     lc_device_free(&g);
     lc_free(&d);
     return MM_TEST_FAIL;
@@ -1096,13 +1178,27 @@ static mm_test_result t_timeline(const mm_rank_ctx* ctx) {
     fprintf(stderr, "    rank %d: no CTA of %d measured the SM clock\n", ctx->rank, ctas);
     bad = 1;
   }
-  if (megamoe_destroy(layer) != MEGAMOE_OK) bad = 1;
+  if (mapped && !bad) {
+    const struct timespec nap = {0, 300 * 1000 * 1000}; /* six periods of the watch */
+    nanosleep(&nap, NULL);
+  }
+  if (megamoe_destroy(layer) != MEGAMOE_OK) bad = 1; /* stops the watch: nothing prints after */
+  if (mapped) {
+    char* text = stderr_capture_end(&cap);
+    if (!bad && (!text || watch_saw_all_reduced(text, ctx->rank, ctas) != 0)) {
+      fprintf(stderr, "    rank %d: the watch's last line does not have all %d CTAs at 'reduced'\n", ctx->rank, ctas);
+      bad = 1;
+    }
+    free(text);
+  }
   free(y);
   free(tl);
   lc_device_free(&g);
   lc_free(&d);
   return bad ? MM_TEST_FAIL : MM_TEST_PASS;
 }
+static mm_test_result t_timeline(const mm_rank_ctx* ctx) { return timeline_forward(ctx, "1"); }
+static mm_test_result t_timeline_mapped(const mm_rank_ctx* ctx) { return timeline_forward(ctx, "mapped"); }
 
 const mm_rank_test mm_layer_tests[] = {
     {"smoke", t_smoke, 1},
@@ -1129,6 +1225,7 @@ const mm_rank_test mm_layer_tests[] = {
     {"graph: one capture replayed on 3 inputs", t_graph_replay, 1},
     {"programmatic launch: on = off bitwise, back to back and in a graph", t_programmatic_launch, 1},
     {"timeline: every CTA stamped, the SM clock in 200-3000 MHz", t_timeline, 1},
+    {"timeline: mapped host memory and the watch thread, the same checks", t_timeline_mapped, 1},
     {"sanitize small: uniform routing, 2 forwards", t_sanitize_uniform, 1},
     {"sanitize small: 25% masked, T = 0 on the last rank, int64 top-k, group 64", t_sanitize_masked, 1},
     {"sanitize small: every token on one expert, clamp", t_sanitize_one_expert, 1},

@@ -1,11 +1,17 @@
 /* The bench's clock sampler (bench/bench_clocks.c) without a GPU: how
  * samples merge, how a record reads, and that a machine without NVML (or a
  * GPU NVML does not know) gets no sampler and a reason, not a crash. And the
- * in-kernel timeline's SM clock from its raw readings (contract.h). */
+ * in-kernel timeline's SM clock from its raw readings (contract.h), and the
+ * timeline watch's line and thread (host/timeline.c). */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "bench_clocks.h"
 #include "contract.h"
+#include "host/timeline.h"
 #include "unit.h"
 
 static mm_clock_stats one_sample(double sm, double mem, double watts, unsigned temp, unsigned long long why) {
@@ -117,8 +123,114 @@ static mm_test_result test_timeline_sm_khz(void) {
   return MM_TEST_PASS;
 }
 
+/* A hang as the watch sees it: 5 CTAs, four at the 'counted' barrier of the
+ * second forward, CTA 2 still at the first forward's 'reduced', CTA 4 never
+ * stamped. Stale stamps of later events (CTA 0's 'reduced' of the first
+ * forward) must not count: the latest stamp in time decides. */
+static void hang_snapshot(uint64_t* tl) {
+  memset(tl, 0, sizeof(uint64_t) * 5 * MM_TL_EVENTS);
+  const uint64_t s = 1000000000000ull; /* the first forward's start, ns */
+  for (int c = 0; c < 4; ++c) {
+    uint64_t* e = tl + (size_t)c * MM_TL_EVENTS;
+    e[MM_TL_K1_START] = s + 10;
+    e[MM_TL_COUNTED] = s + 20;
+    e[MM_TL_REDUCED] = s + 1000000000ull;     /* 1 s later: the first forward's end */
+    e[MM_TL_WAIT_PULLED] = s + 9000000000ull; /* a duration: never a stamp */
+    if (c == 2) continue;                     /* CTA 2 did not start the second forward */
+    e[MM_TL_K1_START] = s + 3000000000ull;
+    e[MM_TL_COUNTED] = s + 3000000000ull + 100000000ull * (uint64_t)(c + 1); /* 3.1-3.4 s */
+  }
+}
+
+static mm_test_result test_timeline_watch_summary(void) {
+  uint64_t tl[5 * MM_TL_EVENTS];
+  char line[MM_TL_WATCH_LINE];
+  hang_snapshot(tl);
+  mm_timeline_watch_summary(tl, 5, 0, line, sizeof line);
+  CHECK_MSG(strcmp(line, "3 CTAs at 'counted' [0 1 3]; 1 CTA at 'reduced' [2]; 1 CTA at 'never stamped' [4]") == 0,
+            "got \"%s\"", line);
+  mm_timeline_watch_summary(tl, 5, 1, line, sizeof line);
+  CHECK_HAS(line, "3 CTAs at 'counted' (0.0-0.3 s before the newest stamp) [0 1 3]");
+  CHECK_HAS(line, "1 CTA at 'reduced' (2.4-2.4 s before the newest stamp) [2]");
+  CHECK_LACKS(line, "never stamped' (");
+  /* Nothing stamped; and a buffer too small is cut, terminated, not overrun. */
+  memset(tl, 0, sizeof tl);
+  mm_timeline_watch_summary(tl, 5, 1, line, sizeof line);
+  CHECK_MSG(strcmp(line, "no CTA stamped yet") == 0, "got \"%s\"", line);
+  hang_snapshot(tl);
+  char small[12];
+  memset(small, 'x', sizeof small);
+  const size_t n = mm_timeline_watch_summary(tl, 5, 1, small, 8);
+  CHECK_EQ_INT((int)n, 7);
+  CHECK(small[7] == '\0' && small[8] == 'x');
+  /* More than MM_TL_WATCH_NAMED CTAs in a group: counted, not listed. */
+  uint64_t many[20 * MM_TL_EVENTS];
+  memset(many, 0, sizeof many);
+  for (int c = 0; c < 20; ++c) many[(size_t)c * MM_TL_EVENTS + MM_TL_K1_START] = 5 + (uint64_t)c;
+  mm_timeline_watch_summary(many, 20, 0, line, sizeof line);
+  CHECK_MSG(strcmp(line, "20 CTAs at 'k1 start'") == 0, "got \"%s\"", line);
+  return MM_TEST_PASS;
+}
+
+/* The watch thread prints the line to stderr within its period, once per
+ * change, and stops (joined); bad arguments start nothing. */
+static mm_test_result test_timeline_watch_thread(void) {
+  uint64_t tl[5 * MM_TL_EVENTS];
+  hang_snapshot(tl);
+  CHECK(mm_timeline_watch_start(NULL, 5, 0, 1.0) == NULL);
+  CHECK(mm_timeline_watch_start(tl, 0, 0, 1.0) == NULL);
+  CHECK(mm_timeline_watch_start(tl, MM_TL_MAX_CTAS + 1, 0, 1.0) == NULL);
+  CHECK(mm_timeline_watch_start(tl, 5, 0, 0.0) == NULL);
+  CHECK(mm_timeline_watch_start(tl, 5, 0, MM_TL_WATCH_MIN_S / 2) == NULL);  /* a busy loop */
+  CHECK(mm_timeline_watch_start(tl, 5, 0, 1e10) == NULL);                  /* past the time math */
+  CHECK(mm_timeline_watch_start(tl, 5, 0, 1.0 / 0.0) == NULL);
+  /* The largest period accepted starts and stops at once (stop wakes the wait). */
+  mm_timeline_watch* longest = mm_timeline_watch_start(tl, 5, 0, MM_TL_WATCH_MAX_S);
+  CHECK(longest != NULL);
+  mm_timeline_watch_stop(longest);
+  mm_timeline_watch_stop(NULL);
+  char path[] = "/tmp/megamoe_watch_XXXXXX";
+  const int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  fflush(stderr);
+  const int saved = dup(2);
+  if (saved < 0 || dup2(fd, 2) != 2) {
+    close(fd);
+    unlink(path);
+    CHECK(!"stderr redirected");
+  }
+  mm_timeline_watch* w = mm_timeline_watch_start(tl, 5, 3, 0.01);
+  const struct timespec nap = {0, 300 * 1000 * 1000};
+  nanosleep(&nap, NULL); /* many periods, one grouping: one line */
+  /* CTA 4 starts (a volatile store: the watch thread reads the array meanwhile, as the host
+   * reads what the kernels store). */
+  ((volatile uint64_t*)tl)[(size_t)4 * MM_TL_EVENTS + MM_TL_K1_START] = 1000000000000ull + 3500000000ull;
+  nanosleep(&nap, NULL);
+  mm_timeline_watch_stop(w);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char text[4096] = {0};
+  FILE* f = fopen(path, "r");
+  const size_t got = f ? fread(text, 1, sizeof text - 1, f) : 0;
+  if (f) fclose(f);
+  close(fd);
+  unlink(path);
+  CHECK(w != NULL);
+  CHECK(got > 0);
+  CHECK_HAS(text, "megamoe: timeline watch (rank 3): 3 CTAs at 'counted'");
+  CHECK_HAS(text, "1 CTA at 'never stamped' [4]\n");
+  CHECK_HAS(text, "rank 3): 1 CTA at 'k1 start' (0.0-0.0 s before the newest stamp) [4]; 3 CTAs at 'counted'");
+  int lines = 0;
+  for (const char* p = text; *p; ++p) lines += *p == '\n';
+  CHECK_EQ_INT(lines, 2);
+  return MM_TEST_PASS;
+}
+
 const mm_test unit_suite_clocks[] = {
     {"timeline_sm_khz", test_timeline_sm_khz},
+    {"timeline_watch_summary", test_timeline_watch_summary},
+    {"timeline_watch_thread", test_timeline_watch_thread},
     {"clocks_stats_merge", test_clock_stats_merge},
     {"clocks_stats_format", test_clock_stats_format},
     {"clocks_start_without_gpu", test_clocks_start_without_gpu},

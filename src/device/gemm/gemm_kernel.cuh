@@ -51,7 +51,7 @@ MM_DEVICE void mm_gemm_producer_loop(const mm_gemm_smem& sm, const Sched& sched,
   while (sched.template next<Cfg>(it, ti)) {
     if (!mm_gemm_produce_tile<Cfg>(sm, pipe, tm_a, tm_b, tm_sfa, p, ti)) break;
     if (first_issued) {
-      *first_issued = mm_globaltimer_ns();
+      mm_tl_store(first_issued, mm_globaltimer_ns());
       first_issued = nullptr;
     }
   }
