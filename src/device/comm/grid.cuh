@@ -42,6 +42,15 @@
 
 #include "comm/wait.cuh"
 
+/* Diagnostic builds only (-DMM_GRID_SPIN_SLEEP_NS=N): thread 0 sleeps about
+ * N ns between its polls of the arrival count. Under compute-sanitizer every
+ * poll is instrumented; this tells whether the spinning CTAs slow the one CTA
+ * they wait for (docs/RELIABILITY.md, racecheck on split). Off (0) by
+ * default: a sleep adds its length to the barrier's latency. */
+#ifndef MM_GRID_SPIN_SLEEP_NS
+#define MM_GRID_SPIN_SLEEP_NS 0
+#endif
+
 /* Thread 0's wait until the count reaches `target` = (r + 1) x ctas, the
  * end of round r (both barrier forms below): 1 when it did (acquired), 0
  * when the abort flag was set or the deadline passed (recorded in
@@ -56,6 +65,7 @@ MM_DEVICE int mm_grid_spin_round(mm_grid_barrier_state* gb, uint64_t target, uin
       (void)mm_ld_acquire_gpu_u64(&gb->arrivals);
       return 1;
     }
+    if (MM_GRID_SPIN_SLEEP_NS) __nanosleep(MM_GRID_SPIN_SLEEP_NS);
     if ((spin & 31u) == 0) {
       if (ctx.abort_flag && *ctx.abort_flag) return 0;
       if (mm_deadline_passed(d)) {

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# racecheck on the split arm's first "sanitize small" test, one run per build folder, with the
+# timeline in mapped host memory and its watch (src/host/timeline.h): where each CTA stands while
+# a kernel runs under the tool, the line timed in seconds from the run's start. The diagnostic of
+# docs/RELIABILITY.md (racecheck on split); not part of `make sanitize`.
+#
+#   scripts/racecheck_watch.sh [BUILD_DIR ...]     (default: build)
+#
+# Each BUILD_DIR holds a `make all` (e.g. a second one built with
+# NVCC="$CUDA_HOME/bin/nvcc -DMM_GRID_SPIN_SLEEP_NS=2000" BUILD=build_sl). Environment: LIMIT
+# (seconds per run, 200), WATCH (the watch's period in seconds, 2), EXTRA (more compute-sanitizer
+# options), OUT (logs: OUT/race<i>-<dir>/runner.txt and the tool's per-process logs).
+set -u
+export NCCL_NVLS_ENABLE=0 MEGAMOE_TEST_SEED=${MEGAMOE_TEST_SEED:-1}
+OUT=${OUT:-/tmp/megamoe-out}
+LIMIT=${LIMIT:-200}
+cd "$(dirname "$0")/.."
+cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")}
+[ -x "$cs" ] || { echo "racecheck_watch: compute-sanitizer not found (PATH, CUDA_HOME; or set COMPUTE_SANITIZER)"; exit 2; }
+i=0 rc_all=0
+for b in "${@:-build}"; do
+  i=$((i + 1))
+  [ -x "$b/gpu_tests" ] || { echo "racecheck_watch: no $b/gpu_tests (make all BUILD=$b first)"; rc_all=2; continue; }
+  d="$OUT/race$i-$(basename "$b")"
+  rm -rf "$d" && mkdir -p "$d"
+  start=$SECONDS
+  # Line-buffered output (stdbuf), each line stamped with the seconds since the run started.
+  env MEGAMOE_GEMM=wgmma MEGAMOE_TEST_ARM=split MEGAMOE_TEST_RANKS=1 MEGAMOE_TIMELINE=mapped \
+    MEGAMOE_TIMELINE_WATCH="${WATCH:-2}" \
+    timeout -k 10 "$LIMIT" "$cs" --tool racecheck --target-processes all --log-file "$d/%p.log" \
+    --print-limit 100 --report-api-errors no --launch-timeout 60 --kernel-name-exclude kns=ncclDevKernel \
+    ${EXTRA:-} stdbuf -oL -eL "$b/gpu_tests" "sanitize small: uniform" 2>&1 |
+    while IFS= read -r line; do printf '%6d %s\n' $((SECONDS - start)) "$line"; done > "$d/runner.txt"
+  rc=${PIPESTATUS[0]}
+  echo "run $i ($b): exit $rc after $((SECONDS - start)) s$([ "$rc" -eq 124 ] && echo " (did not finish in $LIMIT s)")"
+  cut -c1-330 "$d/runner.txt" | tail -n 25
+  grep -h 'RACECHECK SUMMARY' "$d"/*.log 2> /dev/null
+  [ "$rc" -eq 0 ] || rc_all=1
+done
+exit $rc_all
