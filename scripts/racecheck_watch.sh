@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # racecheck on the split arm's first "sanitize small" test, one run per build folder, with the
 # timeline in mapped host memory and its watch (src/host/timeline.h): where each CTA stands while
-# a kernel runs under the tool, the line timed in seconds from the run's start. The diagnostic of
-# docs/RELIABILITY.md (racecheck on split); not part of `make sanitize`.
+# a kernel runs under the tool, each watch line with the seconds since the layer's create. The
+# diagnostic of docs/RELIABILITY.md (racecheck on split); not part of `make sanitize`.
 #
-#   scripts/racecheck_watch.sh [BUILD_DIR ...]     (default: build)
+#   scripts/racecheck_watch.sh [BUILD_DIR ...]     (default: build; repeat a folder to run it again)
 #
-# Each BUILD_DIR holds a `make all` (e.g. a second one built with
-# NVCC="$CUDA_HOME/bin/nvcc -DMM_GRID_SPIN_SLEEP_NS=2000" BUILD=build_sl). Environment: LIMIT
+# Each BUILD_DIR, relative to the repository root, holds a `make all` (e.g. a second one built
+# with NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -DMM_GRID_SPIN_SLEEP_NS=2000" BUILD=build_sl).
+# Exit 0 when every run passed, 1 when one failed or did not finish, 2 when a folder was missing. Environment: LIMIT
 # (seconds per run, 200), WATCH (the watch's period in seconds, 2), EXTRA (more compute-sanitizer
 # options), OUT (logs: OUT/race<i>-<dir>/runner.txt and the tool's per-process logs).
 set -u
@@ -24,17 +25,22 @@ for b in "${@:-build}"; do
   d="$OUT/race$i-$(basename "$b")"
   rm -rf "$d" && mkdir -p "$d"
   start=$SECONDS
-  # Line-buffered output (stdbuf), each line stamped with the seconds since the run started.
+  # Straight into a file (no pipe a stray process could hold open past the limit); line-buffered
+  # (stdbuf), so the test's lines and the watch's (which carry their own seconds) keep their order.
+  # EXTRA is split into words on purpose (several options), with globbing off.
+  set -f
   env MEGAMOE_GEMM=wgmma MEGAMOE_TEST_ARM=split MEGAMOE_TEST_RANKS=1 MEGAMOE_TIMELINE=mapped \
     MEGAMOE_TIMELINE_WATCH="${WATCH:-2}" \
     timeout -k 10 "$LIMIT" "$cs" --tool racecheck --target-processes all --log-file "$d/%p.log" \
     --print-limit 100 --report-api-errors no --launch-timeout 60 --kernel-name-exclude kns=ncclDevKernel \
-    ${EXTRA:-} stdbuf -oL -eL "$b/gpu_tests" "sanitize small: uniform" 2>&1 |
-    while IFS= read -r line; do printf '%6d %s\n' $((SECONDS - start)) "$line"; done > "$d/runner.txt"
-  rc=${PIPESTATUS[0]}
-  echo "run $i ($b): exit $rc after $((SECONDS - start)) s$([ "$rc" -eq 124 ] && echo " (did not finish in $LIMIT s)")"
+    ${EXTRA:-} stdbuf -oL -eL "$b/gpu_tests" "sanitize small: uniform" > "$d/runner.txt" 2>&1
+  rc=$?
+  set +f
+  late=""
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then late=" (did not finish in $LIMIT s)"; fi
+  echo "run $i ($b): exit $rc after $((SECONDS - start)) s$late"
   cut -c1-330 "$d/runner.txt" | tail -n 25
   grep -h 'RACECHECK SUMMARY' "$d"/*.log 2> /dev/null
-  [ "$rc" -eq 0 ] || rc_all=1
+  [ "$rc" -eq 0 ] || [ "$rc_all" -eq 2 ] || rc_all=1
 done
 exit $rc_all

@@ -122,6 +122,9 @@ static void* watch_main(void* arg) {
     free(snap), free(key), free(last), free(line);
     return NULL;
   }
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int unchanged = 0;
   pthread_mutex_lock(&w->lock);
   const time_t whole_s = (time_t)w->period_s; /* the period is in [MIN, MAX]: no overflow */
   const long part_ns = (long)((w->period_s - (double)whole_s) * 1e9);
@@ -142,10 +145,18 @@ static void* watch_main(void* arg) {
      * (device/timeline.cuh): a snapshot, not an atomic one. */
     for (size_t i = 0; i < n; ++i) snap[i] = w->tl[i];
     mm_timeline_watch_summary(snap, w->ctas, 0, key, MM_TL_WATCH_LINE);
-    /* Printed when the grouping changed: a hang prints once, with ages. */
-    if (strcmp(key, last) != 0) {
+    /* Printed when the grouping changed, and again after MM_TL_WATCH_REPEAT
+     * samples without a change (so a hang prints rarely, and a silent watch is
+     * not mistaken for a dead one); with the seconds since the watch started. */
+    const int changed = strcmp(key, last) != 0;
+    unchanged = changed ? 0 : unchanged + 1;
+    if (changed || unchanged % MM_TL_WATCH_REPEAT == 0) {
       mm_timeline_watch_summary(snap, w->ctas, 1, line, MM_TL_WATCH_LINE);
-      fprintf(stderr, "megamoe: timeline watch (rank %d): %s\n", w->rank, line);
+      struct timespec now;
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      const double t = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
+      fprintf(stderr, "megamoe: timeline watch (rank %d, %.1f s%s): %s\n", w->rank, t, changed ? "" : ", unchanged",
+              line);
       fflush(stderr);
       memcpy(last, key, MM_TL_WATCH_LINE);
     }

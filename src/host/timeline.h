@@ -9,7 +9,9 @@
  * instead (the kernels store them with system scope), so the host can read
  * them while a kernel still runs: with MEGAMOE_TIMELINE_WATCH=S (seconds) as
  * well, a thread of the layer prints to stderr where each CTA stands (its
- * latest stamp) every S seconds when that changed. For a kernel that never
+ * latest stamp) every S seconds when that changed (and every
+ * MM_TL_WATCH_REPEAT samples when not), with the seconds since create:
+ * "megamoe: timeline watch (rank R, T s[, unchanged]): <groups>". For a kernel that never
  * ends, e.g. under a sanitizer, where no CUDA call returns until it does. */
 #ifndef MEGAMOE_TIMELINE_H
 #define MEGAMOE_TIMELINE_H
@@ -53,6 +55,7 @@ size_t mm_timeline_watch_summary(const uint64_t* tl, int ctas, int with_ages, ch
  * MM_TL_WATCH_MAX_S] seconds) or the thread could not start. Stop joins it
  * (NULL: nothing). */
 #define MM_TL_WATCH_MIN_S 0.001
+#define MM_TL_WATCH_REPEAT 10 /* an unchanged line is printed again after this many samples */
 #define MM_TL_WATCH_MAX_S 86400.0
 typedef struct mm_timeline_watch mm_timeline_watch;
 mm_timeline_watch* mm_timeline_watch_start(const volatile uint64_t* tl, int ctas, int rank, double period_s);

@@ -1086,12 +1086,12 @@ static char* stderr_capture_end(stderr_capture* c) {
  * group, so no ';'). 0 when it does. */
 static int watch_saw_all_reduced(const char* text, int rank, int ctas) {
   char head[96], want[64];
-  snprintf(head, sizeof head, "megamoe: timeline watch (rank %d): ", rank);
+  snprintf(head, sizeof head, "megamoe: timeline watch (rank %d, ", rank); /* then "T s[, unchanged]): " */
   snprintf(want, sizeof want, "%d CTAs at 'reduced' (", ctas);
   const char* last = NULL;
   for (const char* p = text; (p = strstr(p, head)) != NULL; p += strlen(head)) last = p;
-  if (!last) return 1;
-  last += strlen(head);
+  if (!last || !(last = strstr(last, "): "))) return 1;
+  last += 3;
   const char* end = strchr(last, '\n');
   const size_t len = end ? (size_t)(end - last) : strlen(last);
   const char* semi = memchr(last, ';', len);

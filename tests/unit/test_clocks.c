@@ -173,7 +173,8 @@ static mm_test_result test_timeline_watch_summary(void) {
 }
 
 /* The watch thread prints the line to stderr within its period, once per
- * change, and stops (joined); bad arguments start nothing. */
+ * change and again every MM_TL_WATCH_REPEAT unchanged samples, and stops
+ * (joined); bad arguments start nothing. */
 static mm_test_result test_timeline_watch_thread(void) {
   uint64_t tl[5 * MM_TL_EVENTS];
   hang_snapshot(tl);
@@ -218,12 +219,27 @@ static mm_test_result test_timeline_watch_thread(void) {
   unlink(path);
   CHECK(w != NULL);
   CHECK(got > 0);
-  CHECK_HAS(text, "megamoe: timeline watch (rank 3): 3 CTAs at 'counted'");
-  CHECK_HAS(text, "1 CTA at 'never stamped' [4]\n");
-  CHECK_HAS(text, "rank 3): 1 CTA at 'k1 start' (0.0-0.0 s before the newest stamp) [4]; 3 CTAs at 'counted'");
-  int lines = 0;
-  for (const char* p = text; *p; ++p) lines += *p == '\n';
-  CHECK_EQ_INT(lines, 2);
+  /* Every line: "megamoe: timeline watch (rank 3, T s[, unchanged]): ...". Two changes (the
+   * first sample, CTA 4's start), each printed once; in between, the unchanged grouping printed
+   * again every MM_TL_WATCH_REPEAT samples (300 ms is about 30 samples of 10 ms). */
+  int changes = 0, repeats = 0, before_start = 0, after_start = 0;
+  for (char* p = text; *p;) {
+    char* end = strchr(p, '\n');
+    CHECK_MSG(end != NULL, "a line without its newline: \"%s\"", p);
+    *end = '\0';
+    CHECK_MSG(strncmp(p, "megamoe: timeline watch (rank 3, ", 33) == 0, "line \"%s\"", p);
+    if (strstr(p, " s, unchanged): ")) ++repeats;
+    else ++changes;
+    if (strstr(p, " s): 3 CTAs at 'counted'") || strstr(p, " s, unchanged): 3 CTAs at 'counted'")) {
+      ++before_start;
+      CHECK_HAS(p, "; 1 CTA at 'never stamped' [4]");
+    }
+    if (strstr(p, "): 1 CTA at 'k1 start' (0.0-0.0 s before the newest stamp) [4]; 3 CTAs at 'counted'")) ++after_start;
+    p = end + 1;
+  }
+  CHECK_EQ_INT(changes, 2);
+  CHECK(repeats >= 1);
+  CHECK(before_start >= 1 && after_start >= 1 && before_start + after_start == changes + repeats);
   return MM_TEST_PASS;
 }
 
