@@ -37,27 +37,30 @@ static void append(char* out, size_t cap, size_t* len, const char* fmt, ...) {
   if (n > 0) *len = *len + (size_t)n < cap ? *len + (size_t)n : cap - 1;
 }
 
-/* Each CTA's latest stamp: which event and when (0 when it has none). A tie
+/* Each CTA's latest stamp: which event (-1: none) and when (0: none). A tie
  * (%globaltimer ticks in about 1 us) goes to the later event: the events are
  * numbered in program order. */
-static void latest_stamp(const uint64_t* e, int* event, uint64_t* ns) {
-  *event = -1;
-  *ns = 0;
-  for (int k = 0; k < MM_TL_FIRST_DURATION; ++k)
-    if (e[k] != 0 && e[k] >= *ns) *ns = e[k], *event = k;
+static void latest_stamps(const uint64_t* tl, int ctas, int* event, uint64_t* ns) {
+  for (int c = 0; c < ctas; ++c) {
+    const uint64_t* e = tl + (size_t)c * MM_TL_EVENTS;
+    event[c] = -1;
+    ns[c] = 0;
+    for (int k = 0; k < MM_TL_FIRST_DURATION; ++k)
+      if (e[k] != 0 && e[k] >= ns[c]) ns[c] = e[k], event[c] = k;
+  }
 }
 
 size_t mm_timeline_watch_summary(const uint64_t* tl, int ctas, int with_ages, char* out, size_t cap) {
   size_t len = 0;
   if (cap == 0) return 0;
   out[0] = '\0';
+  if (ctas > MM_TL_MAX_CTAS) ctas = MM_TL_MAX_CTAS;
+  int event[MM_TL_MAX_CTAS];
+  uint64_t ns[MM_TL_MAX_CTAS];
+  latest_stamps(tl, ctas, event, ns);
   uint64_t newest = 0;
-  for (int c = 0; c < ctas; ++c) {
-    int ev;
-    uint64_t ns;
-    latest_stamp(tl + (size_t)c * MM_TL_EVENTS, &ev, &ns);
-    if (ns > newest) newest = ns;
-  }
+  for (int c = 0; c < ctas; ++c)
+    if (ns[c] > newest) newest = ns[c];
   if (newest == 0) {
     append(out, cap, &len, "no CTA stamped yet");
     return len;
@@ -68,12 +71,9 @@ size_t mm_timeline_watch_summary(const uint64_t* tl, int ctas, int with_ages, ch
     int n = 0;
     uint64_t age_lo = UINT64_MAX, age_hi = 0;
     for (int c = 0; c < ctas; ++c) {
-      int ev;
-      uint64_t ns;
-      latest_stamp(tl + (size_t)c * MM_TL_EVENTS, &ev, &ns);
-      if (ev != want) continue;
+      if (event[c] != want) continue;
       ++n;
-      const uint64_t age = newest - ns;
+      const uint64_t age = newest - ns[c];
       if (age < age_lo) age_lo = age;
       if (age > age_hi) age_hi = age;
     }
@@ -84,16 +84,9 @@ size_t mm_timeline_watch_summary(const uint64_t* tl, int ctas, int with_ages, ch
       append(out, cap, &len, " (%.1f-%.1f s before the newest stamp)", age_lo * 1e-9, age_hi * 1e-9);
     /* A small group is the interesting one (the CTAs the rest wait for): name them. */
     if (n <= MM_TL_WATCH_NAMED) {
-      append(out, cap, &len, " [");
-      int first = 1;
-      for (int c = 0; c < ctas; ++c) {
-        int ev;
-        uint64_t ns;
-        latest_stamp(tl + (size_t)c * MM_TL_EVENTS, &ev, &ns);
-        if (ev != want) continue;
-        append(out, cap, &len, first ? "%d" : " %d", c);
-        first = 0;
-      }
+      const char* sep = " [";
+      for (int c = 0; c < ctas; ++c)
+        if (event[c] == want) append(out, cap, &len, "%s%d", sep, c), sep = " ";
       append(out, cap, &len, "]");
     }
   }

@@ -40,9 +40,10 @@ megamoe_status mm_layer_timeline_clear(const megamoe_layer* layer, cudaStream_t 
  * readings and out of range. */
 const char* mm_timeline_event_name(int e);
 
-/* One line on the CTAs of a timeline snapshot tl[ctas][MM_TL_EVENTS]: the
- * CTAs grouped by their latest stamp (the event; "never stamped" last), in
- * event order, with their CTA ids where a group has at most
+/* One line on the CTAs of a timeline snapshot tl[ctas][MM_TL_EVENTS] (at
+ * most MM_TL_MAX_CTAS are read): the CTAs grouped by their latest stamp (the
+ * event; "never stamped" last), in event order, with their CTA ids where a
+ * group has at most
  * MM_TL_WATCH_NAMED, and with_ages: each group's range of ages before the
  * newest stamp. Returns the length written (at most cap - 1; cut short to
  * fit). Pure: the watch's text, unit-tested. */

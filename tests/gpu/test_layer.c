@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -33,6 +32,7 @@
 #include "layer_case.h"
 #include "rank_ctx.h"
 #include "ref.h"
+#include "stderr_capture.h"
 
 int mm_early_combine_built(void); /* src/host/plan.h */
 
@@ -1042,46 +1042,6 @@ static void restore_env(const char* name, char* saved) {
   free(saved);
 }
 
-/* This process's stderr into a temporary file (the watch thread's lines),
- * then back: the captured text is copied to the real stderr too, so nothing
- * printed meanwhile is lost. */
-typedef struct {
-  char path[64];
-  int fd, saved;
-} stderr_capture;
-static int stderr_capture_begin(stderr_capture* c) {
-  snprintf(c->path, sizeof c->path, "/tmp/megamoe_stderr_XXXXXX");
-  c->fd = mkstemp(c->path);
-  c->saved = -1;
-  if (c->fd < 0) return 1;
-  fflush(stderr);
-  c->saved = dup(2);
-  if (c->saved < 0 || dup2(c->fd, 2) != 2) {
-    close(c->fd);
-    unlink(c->path);
-    c->fd = -1;
-    return 1;
-  }
-  return 0;
-}
-/* The captured text (malloc'ed, NUL-terminated; NULL on failure). */
-static char* stderr_capture_end(stderr_capture* c) {
-  if (c->fd < 0) return NULL;
-  fflush(stderr);
-  dup2(c->saved, 2);
-  close(c->saved);
-  char* text = NULL;
-  const off_t n = lseek(c->fd, 0, SEEK_END);
-  if (n >= 0 && (text = malloc((size_t)n + 1)) != NULL) {
-    const ssize_t got = pread(c->fd, text, (size_t)n, 0);
-    text[got > 0 ? got : 0] = '\0';
-    fputs(text, stderr);
-  }
-  close(c->fd);
-  unlink(c->path);
-  return text;
-}
-
 /* The watch's last line says every one of `ctas` CTAs is at 'reduced' (one
  * group, so no ';'). 0 when it does. */
 static int watch_saw_all_reduced(const char* text, int rank, int ctas) {
@@ -1118,8 +1078,8 @@ static mm_test_result timeline_forward(const mm_rank_ctx* ctx, const char* mode)
   int bad = lc_build(&c, ctx->num_ranks, ctx->rank, &d) != 0;
   if (!bad) bad = lc_upload(&c, &d, ctx->rank, &g) != 0;
   const int mapped = strcmp(mode, "mapped") == 0;
-  stderr_capture cap = {.fd = -1};
-  if (mapped && stderr_capture_begin(&cap) != 0) {
+  mm_stderr_capture cap = {.fd = -1, .saved = -1};
+  if (mapped && mm_stderr_capture_begin(&cap) != 0) {
     fprintf(stderr, "    rank %d: could not capture stderr\n", ctx->rank);
     bad = 1;
   }
@@ -1132,7 +1092,7 @@ static mm_test_result timeline_forward(const mm_rank_ctx* ctx, const char* mode)
   restore_env("MEGAMOE_TIMELINE_WATCH", saved_watch);
   if (created != MEGAMOE_OK) {
     fprintf(stderr, "    rank %d: create: %s\n", ctx->rank, megamoe_last_error());
-    free(stderr_capture_end(&cap));
+    free(mm_stderr_capture_end(&cap, 1));
     lc_device_free(&g);
     lc_free(&d);
     return MM_TEST_FAIL;
@@ -1184,7 +1144,7 @@ static mm_test_result timeline_forward(const mm_rank_ctx* ctx, const char* mode)
   }
   if (megamoe_destroy(layer) != MEGAMOE_OK) bad = 1; /* stops the watch: nothing prints after */
   if (mapped) {
-    char* text = stderr_capture_end(&cap);
+    char* text = mm_stderr_capture_end(&cap, 1);
     if (!bad && (!text || watch_saw_all_reduced(text, ctx->rank, ctas) != 0)) {
       fprintf(stderr, "    rank %d: the watch's last line does not have all %d CTAs at 'reduced'\n", ctx->rank, ctas);
       bad = 1;
