@@ -22,6 +22,16 @@ static int64_t regime_rows(const megamoe_config* c, int r) {
  * 128x256 L1 tile both images are 48 KB and 256x128 is faster: 3341 against
  * 3643 us at 8192 tokens on one H200, docs/PERF.md.) */
 static mm_gemm_tile pick_tile(const megamoe_config* c, const mm_gemm_problem* p, int r) {
+  /* The split arm's L2 GEMM above 128 rows per expert: 128x256 where the
+   * width allows it. The engine's 256x128 leaves an expert's last m-block up
+   * to half empty (384 rows per expert at 2048 tokens: 256 + 128), and runs no
+   * faster on full blocks. One H100, N 4096, K 2048, bench-gemm: 204 against
+   * 254 us at 384 rows per expert, 262 against 263 at 512, 967 against 974 at
+   * 2048; the split arm 1.5-3.9 % faster at 1536-8192 tokens (docs/PERF.md,
+   * twenty-third session). The fused arm keeps its instantiated pairs. */
+  if (c->arm == MEGAMOE_ARM_SPLIT && p->out_kind == MM_GEMM_OUT_BF16_SCATTER && r == MM_REGIME_LARGE &&
+      p->n % 256 == 0)
+    return MM_GEMM_TILE_128x256;
   return mm_gemm_pick_tile(p, regime_rows(c, r));
 }
 
@@ -118,18 +128,26 @@ megamoe_status mm_plan_check(const megamoe_config* c, int num_ranks) {
   return MEGAMOE_OK;
 }
 
-megamoe_status mm_plan_fused_kernel(const megamoe_config* c, int num_ranks, int r, mm_gemm_tile* l1, mm_gemm_tile* l2,
-                                    mm_fused_smem_plan* smem) {
+megamoe_status mm_plan_tiles(const megamoe_config* c, int num_ranks, int r, mm_gemm_tile* l1, mm_gemm_tile* l2) {
   MM_CHECK_NULL(c, "config");
   MM_CHECK_NULL(l1, "l1");
   MM_CHECK_NULL(l2, "l2");
   if (r < 0 || r >= MM_REGIME_COUNT) return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "regime = %d: not a regime", r);
+  if (num_ranks < 1 || num_ranks > c->num_experts)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT, "num_ranks = %d: between 1 and the expert count %lld", num_ranks,
+                   (long long)c->num_experts);
   const int El = c->num_experts / num_ranks;
   mm_gemm_problem p[MM_ARM_MAX_GEMMS];
   (void)arm_problems(c, NULL, El, MM_POOL_ROW_ALIGN * (int64_t)El, p);
   *l1 = pick_tile(c, &p[0], r);
   *l2 = pick_tile(c, &p[1], r);
-  return mm_fused_smem_plan_of(*l1, *l2, p[1].a_sf_block, El, smem);
+  return MEGAMOE_OK;
+}
+
+megamoe_status mm_plan_fused_kernel(const megamoe_config* c, int num_ranks, int r, mm_gemm_tile* l1, mm_gemm_tile* l2,
+                                    mm_fused_smem_plan* smem) {
+  MM_TRY(mm_plan_tiles(c, num_ranks, r, l1, l2));
+  return mm_fused_smem_plan_of(*l1, *l2, c->quant_group, c->num_experts / num_ranks, smem);
 }
 
 megamoe_status mm_plan_make(mm_plan* plan, const megamoe_config* c, const mm_layer_view* v, int engine,

@@ -46,6 +46,11 @@ typedef struct mm_plan {
 /* Create-time check of every tile the arm of `config` can pick. */
 megamoe_status mm_plan_check(const megamoe_config* config, int num_ranks);
 
+/* The L1 and L2 tiles the arm of `config` runs in regime r (host
+ * arithmetic, no device). */
+megamoe_status mm_plan_tiles(const megamoe_config* config, int num_ranks, int regime, mm_gemm_tile* l1,
+                             mm_gemm_tile* l2);
+
 /* The fused arm's kernel in regime r (config->arm fused): its L1 and L2
  * tiles and its shared-memory plan (host arithmetic, no device; megamoe
  * info prints it). */

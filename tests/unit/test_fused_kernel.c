@@ -83,6 +83,49 @@ static mm_test_result t_fused_pairs_per_regime(void) {
   return MM_TEST_PASS;
 }
 
+/* The split arm's tiles per regime (mm_plan_tiles): above 128 rows per
+ * expert its L2 GEMM takes 128x256 where H is a multiple of 256 (the
+ * engine's 256x128 leaves an expert's last block up to half empty; docs/
+ * PERF.md, twenty-third session), 256x128 where it is not; the staged arm
+ * keeps the engine's pick. */
+static mm_test_result t_split_tiles_per_regime(void) {
+  static const struct {
+    int64_t hidden;
+    int arm;
+    mm_gemm_tile want_l2[MM_REGIME_COUNT];
+  } cases[] = {
+      {4096, MEGAMOE_ARM_SPLIT, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x256}},
+      {3968, MEGAMOE_ARM_SPLIT, {MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128}},
+      {4096, MEGAMOE_ARM_STAGED, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, MM_GEMM_TILE_256x128}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+    for (int g = 64; g <= 128; g += 64) {
+      megamoe_config c = megamoe_config_make(cases[i].hidden, 2048, 256, 6, 8192);
+      c.arm = cases[i].arm;
+      c.quant_group = g;
+      for (int r = 0; r < MM_REGIME_COUNT; ++r) {
+        mm_gemm_tile l1 = MM_GEMM_TILE_AUTO, l2 = MM_GEMM_TILE_AUTO;
+        CHECK_OK(mm_plan_tiles(&c, 2, r, &l1, &l2));
+        CHECK_MSG(l2 == cases[i].want_l2[r], "%s H %lld G %d regime %d: L2 %s", megamoe_arm_name(c.arm),
+                  (long long)cases[i].hidden, g, r, mm_gemm_tile_name(l2));
+        /* L1 (N = 2I = 4096 here) keeps the engine's pick: fp32 out (staged),
+         * SwiGLU out at G (split). */
+        const mm_gemm_tile want_l1 =
+            c.arm == MEGAMOE_ARM_STAGED ? (r == MM_REGIME_LARGE ? MM_GEMM_TILE_256x128 : MM_GEMM_TILE_64x256)
+            : g == 128                  ? (r == MM_REGIME_DECODE ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x256)
+                                        : (r == MM_REGIME_LARGE ? MM_GEMM_TILE_128x128 : MM_GEMM_TILE_64x256);
+        CHECK_MSG(l1 == want_l1, "%s H %lld G %d regime %d: L1 %s", megamoe_arm_name(c.arm), (long long)cases[i].hidden,
+                  g, r, mm_gemm_tile_name(l1));
+      }
+    }
+  megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
+  mm_gemm_tile l1, l2;
+  CHECK(mm_plan_tiles(&c, 2, MM_REGIME_COUNT, &l1, &l2) == MEGAMOE_ERR_BAD_ARGUMENT);
+  CHECK(mm_plan_tiles(&c, 0, 0, &l1, &l2) == MEGAMOE_ERR_BAD_ARGUMENT);
+  CHECK(mm_plan_tiles(&c, 512, 0, &l1, &l2) == MEGAMOE_ERR_BAD_ARGUMENT); /* more ranks than experts */
+  return MM_TEST_PASS;
+}
+
 /* The kernel's shared memory for every instantiated pair and every local
  * expert count: the task cache never costs a pipeline stage, and what the
  * launch requests plus the static reserve fits the opt-in limit. Host
@@ -123,5 +166,6 @@ const mm_test unit_suite_fused_kernel[] = {
     {"fused.kernel_shared_memory_plans", t_fused_smem_plans},
     {"tiles.engine_pick_by_rows_per_expert", t_pick_tile_rule},
     {"tiles.fused_pairs_per_regime", t_fused_pairs_per_regime},
+    {"tiles.split_per_regime", t_split_tiles_per_regime},
     {NULL, NULL},
 };
