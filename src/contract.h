@@ -101,6 +101,9 @@ enum mm_timeline_event {
   MM_TL_L1_LAST_ISSUED,  /* the producer issued the last loads of its last L1 tile */
   MM_TL_L1_MATH_END,     /* the math warpgroups finished their last L1 tile */
   MM_TL_K2_START,        /* kernel 2 entered (fused: the producer's first L2 tile, its L1 rows ready) */
+  MM_TL_K2_PRODUCER_REGS, /* split kernel 2: the producer thread past its setmaxnreg.dec */
+  MM_TL_K2_MATH_REGS,    /* split kernel 2: thread 0 past its setmaxnreg.inc (the producer warpgroup's freed) */
+  MM_TL_K2_FIRST_MAIN,   /* split kernel 2: thread 0's first L2 mainloop done (its first epilogue starts) */
   MM_TL_L2_MATH_END,     /* the math warpgroups finished their last L2 tile (scatter issued) */
   MM_TL_PUSHED,          /* grid barrier after every CTA's combine stores (early combine: this CTA's arrival) */
   MM_TL_COMBINED,        /* grid barrier after all-rank barrier 1 (early combine: after the reductions too) */

@@ -1121,6 +1121,18 @@ static mm_test_result timeline_forward(const mm_rank_ctx* ctx, const char* mode)
               (unsigned long long)start, (unsigned long long)reduced);
       bad = 1;
     }
+    /* Split kernel 2's register hand-off stamps: every CTA passes both
+     * sides; a CTA with an L2 tile stamps its first mainloop's end between
+     * its own hand-off and its math end (thread 0 stamps all three). */
+    const uint64_t k2_math = e[MM_TL_K2_MATH_REGS], first = e[MM_TL_K2_FIRST_MAIN];
+    if (split && (e[MM_TL_K2_PRODUCER_REGS] == 0 || k2_math < e[MM_TL_K2_START] ||
+                  (first != 0 && (first < k2_math || first > e[MM_TL_L2_MATH_END])))) {
+      fprintf(stderr, "    rank %d CTA %d: kernel 2 start %llu, producer regs %llu, math regs %llu, first main %llu, "
+              "L2 math end %llu ns\n", ctx->rank, cta, (unsigned long long)e[MM_TL_K2_START],
+              (unsigned long long)e[MM_TL_K2_PRODUCER_REGS], (unsigned long long)k2_math, (unsigned long long)first,
+              (unsigned long long)e[MM_TL_L2_MATH_END]);
+      bad = 1;
+    }
     const int marks = split || e[MM_TL_L2_MATH_END] != 0; /* the CTAs that read the end clock */
     if ((khz != 0) != marks) {
       fprintf(stderr, "    rank %d CTA %d: SM clock %s, but the CTA %s its math end\n", ctx->rank, cta,

@@ -152,6 +152,10 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
      * their destinations (gemm_epilogue.cuh, mm_gemm_copy_loop). */
     mm_setmaxnreg_dec<MM_GEMM_PRODUCER_REGS>();
     if (warp == 8) {
+      /* The register hand-off's stamps (this one, the math side's below): a
+       * CTA that never leaves kernel 2 under a tool shows in the watch which
+       * side of it stopped (docs/RELIABILITY.md, racecheck on split). */
+      if (lane == 0) mm_tl_stamp(L, MM_TL_K2_PRODUCER_REGS);
       if (lane == 0) mm_gemm_producer_loop_dynamic<Cfg>(sm, sched, tile_counter, &tm_a, &tm_b, &tm_sfa, p);
     } else {
       mm_gemm_copy_next_dynamic<Cfg, mm_sched_grouped> next_tile(sm, sched, p);
@@ -160,11 +164,13 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_setmaxnreg_inc<MM_GEMM_TAIL_REGS>();
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
+    if (tid == 0) mm_tl_stamp(L, MM_TL_K2_MATH_REGS);
     const int wg = warp >> 2;
     int tile_index = 0;
     mm_gemm_math_loop_dynamic<Cfg>(
         sm, sched, p, wg,
         [&](const mm_gemm_tile_info&, float (&acc)[Cfg::kWaves][64], bool) {
+          if (tid == 0 && tile_index == 0) mm_tl_stamp(L, MM_TL_K2_FIRST_MAIN);
           const uint64_t t0 = MM_FUSED_MATH_TIMELINE && tid == 0 ? mm_tl_now(L) : 0;
           mm_gemm_epilogue_stage_for_copy<Cfg>(sm, p, tile_index++, wg, acc);
           if (MM_FUSED_MATH_TIMELINE && tid == 0) mm_tl_add(L, MM_TL_MATH_L2_EPI, mm_tl_now(L) - t0);
