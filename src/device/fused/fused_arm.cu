@@ -48,6 +48,10 @@ extern "C" megamoe_status mm_fused_check(mm_gemm_tile l1, mm_gemm_tile l2, int32
   return MEGAMOE_OK;
 }
 
+extern "C" int mm_fused_has_wide_l2(int32_t g) {
+  return lookup(MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, g, 1).fn != nullptr;
+}
+
 extern "C" megamoe_status mm_fused_smem_plan_of(mm_gemm_tile l1, mm_gemm_tile l2, int32_t a_sf_block2,
                                                 int32_t experts, mm_fused_smem_plan* plan) {
   MM_CHECK_NULL(plan, "plan");

@@ -43,6 +43,10 @@ typedef struct mm_fused_smem_plan {
 megamoe_status mm_fused_smem_plan_of(mm_gemm_tile l1, mm_gemm_tile l2, int32_t a_sf_block2, int32_t experts,
                                      mm_fused_smem_plan* plan);
 
+/* Whether this build has the large pair with a 128x256 L2 tile at G
+ * (the kernels built with -DMM_FUSED_L2_WIDE=1; fused_instances.cuh). */
+int mm_fused_has_wide_l2(int32_t g);
+
 /* Once per pair of plans (when the weights are set): re-encodes their A maps
  * for per-block loads (mm_gemm_plan_a_boxes) and lets the kernel use its
  * shared memory, so a forward only launches. */

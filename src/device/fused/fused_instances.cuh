@@ -4,6 +4,9 @@
  *            or 128x128 (decode, and the fused arm's mid regime)
  *   G = 64   L1 128x128 with L2 256x128 (large); L1 64x256 with L2 64x256
  *            or 128x128 (decode)
+ * With -DMM_FUSED_L2_WIDE=1 also G = 128's L1 128x256 with L2 128x256 (the
+ * split arm's large L2 tile since the twenty-third session; built, CPU-tested,
+ * not yet run on a GPU, so off by default: docs/PERF.md).
  * The L2 tile's A scales are per G columns (kPromo 1 or 2). Each G's
  * lookup lives in its own file, G = 128's large pair in a third, so they
  * compile in parallel. */
@@ -12,6 +15,10 @@
 
 #include "fused/fused_kernel.cuh"
 #include "gemm/gemm.h"
+
+#ifndef MM_FUSED_L2_WIDE
+#define MM_FUSED_L2_WIDE 0
+#endif
 
 /* What the launcher needs of one instantiation. */
 struct mm_fused_kernel_ref {
@@ -29,6 +36,8 @@ using mm_fused_l1_128x128 = mm_gemm_cfg<128, 128, false, true, 1, false>;
 using mm_fused_l1_128x256 = mm_gemm_cfg<128, 256, false, false, 1, false, false, true>;
 template <int kPromo>
 using mm_fused_l2_256x128 = mm_gemm_cfg<256, 128, false, false, kPromo, true>;
+template <int kPromo>
+using mm_fused_l2_128x256 = mm_gemm_cfg<128, 256, false, false, kPromo, true>;
 template <int kPromo>
 using mm_fused_l2_64x256 = mm_gemm_cfg<64, 256, true, true, kPromo, true>;
 template <int kPromo>
