@@ -155,8 +155,10 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       /* The register hand-off's stamps (this one, the math side's below): a
        * CTA that never leaves kernel 2 under a tool shows in the watch which
        * side of it stopped (docs/RELIABILITY.md, racecheck on split). */
-      if (lane == 0) mm_tl_stamp(L, MM_TL_K2_PRODUCER_REGS);
-      if (lane == 0) mm_gemm_producer_loop_dynamic<Cfg>(sm, sched, tile_counter, &tm_a, &tm_b, &tm_sfa, p);
+      if (lane == 0) {
+        mm_tl_stamp(L, MM_TL_K2_PRODUCER_REGS);
+        mm_gemm_producer_loop_dynamic<Cfg>(sm, sched, tile_counter, &tm_a, &tm_b, &tm_sfa, p);
+      }
     } else {
       mm_gemm_copy_next_dynamic<Cfg, mm_sched_grouped> next_tile(sm, sched, p);
       mm_gemm_copy_loop<Cfg>(sm, p, tid - 32 * MM_GEMM_AUX_WARP0, next_tile);
