@@ -1112,7 +1112,7 @@ static mm_test_result timeline_forward(const mm_rank_ctx* ctx, const char* mode)
     bad = 1;
   }
   const int split = mm_test_arm() == MEGAMOE_ARM_SPLIT;
-  int clocked = 0;
+  int clocked = 0, first_mains = 0;
   for (int cta = 0; cta < ctas && !bad; ++cta) {
     const uint64_t* e = tl + (size_t)cta * MM_TL_EVENTS;
     const uint64_t start = e[MM_TL_K1_START], reduced = e[MM_TL_REDUCED], khz = e[MM_TL_SM_KHZ];
@@ -1125,7 +1125,8 @@ static mm_test_result timeline_forward(const mm_rank_ctx* ctx, const char* mode)
      * sides; a CTA with an L2 tile stamps its first mainloop's end between
      * its own hand-off and its math end (thread 0 stamps all three). */
     const uint64_t k2_math = e[MM_TL_K2_MATH_REGS], first = e[MM_TL_K2_FIRST_MAIN];
-    if (split && (e[MM_TL_K2_PRODUCER_REGS] == 0 || k2_math < e[MM_TL_K2_START] ||
+    first_mains += first != 0;
+    if (split && (e[MM_TL_K2_PRODUCER_REGS] < e[MM_TL_K2_START] || k2_math < e[MM_TL_K2_START] ||
                   (first != 0 && (first < k2_math || first > e[MM_TL_L2_MATH_END])))) {
       fprintf(stderr, "    rank %d CTA %d: kernel 2 start %llu, producer regs %llu, math regs %llu, first main %llu, "
               "L2 math end %llu ns\n", ctx->rank, cta, (unsigned long long)e[MM_TL_K2_START],
@@ -1145,6 +1146,10 @@ static mm_test_result timeline_forward(const mm_rank_ctx* ctx, const char* mode)
       fprintf(stderr, "    rank %d CTA %d: SM clock %.1f MHz, outside 200-3000\n", ctx->rank, cta, khz * 1e-3);
       bad = 1;
     }
+  }
+  if (!bad && split && first_mains == 0) { /* a forward with tokens gives some CTA an L2 tile */
+    fprintf(stderr, "    rank %d: no CTA of %d stamped kernel 2's first L2 mainloop\n", ctx->rank, ctas);
+    bad = 1;
   }
   if (!bad && clocked == 0) { /* the fused arm's CTAs with an L2 tile: at least one here */
     fprintf(stderr, "    rank %d: no CTA of %d measured the SM clock\n", ctx->rank, ctas);

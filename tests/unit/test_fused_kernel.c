@@ -57,13 +57,20 @@ static mm_test_result t_fused_pairs_per_regime(void) {
     int64_t hidden, intermediate;
     int g;
     mm_gemm_tile want[MM_REGIME_COUNT][2];
+    mm_gemm_tile want_wide_l2; /* the large L2 in a build with the wide pair */
   } cases[] = {
-      {4096, 2048, 128, {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
-                         {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}}},
-      {3968, 1408, 128, {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128},
-                         {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}}},
-      {4096, 2048, 64, {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
-                        {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128}}},
+      {4096, 2048, 128,
+       {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
+        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}},
+       MM_GEMM_TILE_128x256},
+      {3968, 1408, 128,
+       {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128},
+        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}},
+       MM_GEMM_TILE_256x128}, /* H not a multiple of 256 */
+      {4096, 2048, 64,
+       {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
+        {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128}},
+       MM_GEMM_TILE_256x128}, /* no wide pair at G 64 */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     for (int ranks = 1; ranks <= 8; ranks *= 8) {
@@ -76,9 +83,9 @@ static mm_test_result t_fused_pairs_per_regime(void) {
         CHECK_OK(mm_plan_fused_kernel(&c, ranks, r, &l1, &l2, &pl));
         /* A build with the wide pair (-DMM_FUSED_L2_WIDE=1) takes 128x256
          * for the large L2 where H allows, as the split arm does. */
-        mm_gemm_tile want2 = cases[i].want[r][1];
-        if (r == MM_REGIME_LARGE && cases[i].hidden % 256 == 0 && mm_fused_has_wide_l2(cases[i].g))
-          want2 = MM_GEMM_TILE_128x256;
+        const int wide_build = mm_fused_has_wide_l2(128);
+        const mm_gemm_tile want2 =
+            r == MM_REGIME_LARGE && wide_build ? cases[i].want_wide_l2 : cases[i].want[r][1];
         CHECK_MSG(l1 == cases[i].want[r][0] && l2 == want2, "H %lld G %d regime %d: %s + %s",
                   (long long)cases[i].hidden, cases[i].g, r, mm_gemm_tile_name(l1), mm_gemm_tile_name(l2));
         CHECK_MSG(pl.stages >= 3, "H %lld G %d regime %d: %u stages", (long long)cases[i].hidden, cases[i].g, r,
