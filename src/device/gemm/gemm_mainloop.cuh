@@ -375,6 +375,21 @@ MM_DEVICE void mm_gemm_sfb_rows(const mm_gemm_problem& p, const mm_gemm_tile_inf
     for (int h = 0; h < 2; ++h) sfb[wn][h] = sfb_e + (int64_t)((ti.n0 + col_w + 128 * wn + 64 * h) / bsn) * kblocks;
 }
 
+/* MM_GEMM_OK_FROM_ABORT (build option, off by default until measured on a
+ * GPU): the one-partial mainloop returns "the abort word is clear" at its end
+ * instead of carrying its own ok flag through the K loop. The same answer for
+ * every caller: a failed wait always leaves the abort word set (it gives up
+ * because the word is set, or sets it on its deadline), and every caller
+ * votes with the abort word anyway (mm_gemm_math_vote_ok). What it buys: in
+ * the fused kernel's large pair ptxas spills that flag, with the early probe's,
+ * as one 16-bit stack slot that the L1 K loop stores and reloads every K
+ * block (nvdisasm: STL.S16 / LDL.S16 [R1+0x34] around the stage wait); with
+ * the option that slot is gone (734 / 930 B of spill stores / loads ->
+ * 720 / 924; the split kernels' counts are unchanged: 16 / 16 and 0 / 0). */
+#ifndef MM_GEMM_OK_FROM_ABORT
+#define MM_GEMM_OK_FROM_ABORT 0
+#endif
+
 /* Math warpgroup, one partial accumulator: per K block and wave, issue the
  * chain, wait for it, promote. acc[w] (w = wm * kWN + wn) is the promoted
  * fp32 result of wave (wm, wn) in the m64n128 fragment layout. Every thread
@@ -418,7 +433,7 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[w][i] = 0.f;
 
-  bool ok = true;
+  bool ok = true; /* unused with MM_GEMM_OK_FROM_ABORT */
   const float* sfb[Cfg::kWN][2];
   mm_gemm_sfb_rows<Cfg>(p, ti, col_w, sfb);
   float sb_next[Cfg::kWN][2];
@@ -444,7 +459,7 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
         sb[wn][h] = sb_next[wn][h];
         sb_next[wn][h] = __ldg(sfb[wn][h] + kn);
       }
-    if (!stage_ready && !mm_gemm_wait(sm, sm.full + 8 * s, pipe.phase, p)) ok = false;
+    if (!stage_ready && !mm_gemm_wait(sm, sm.full + 8 * s, pipe.phase, p) && !MM_GEMM_OK_FROM_ABORT) ok = false;
     stage_ready = false;
 
     /* A scales of this warp's rows, read before the stage is released. */
@@ -494,7 +509,7 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   } else {
     for (int kb = 0; kb < kblocks; ++kb) block(kb, mm_bool_tag<false>());
   }
-  return ok;
+  return MM_GEMM_OK_FROM_ABORT ? *sm.abort == 0 : ok;
 }
 
 /* Math warpgroup, two partial accumulators (one wave per warpgroup). Units
