@@ -16,7 +16,8 @@ const char* mm_timeline_event_name(int e) {
   static const char* const names[] = {
       "k1 start", "counted", "published", "barrier 0 (CTA 0)", "layout (CTA 0)", "laid out", "stream built",
       "tasks decoded", "roles start", "pull end", "L1 first load", "L1 first tile issued", "L1 last tile issued",
-      "L1 math end", "k2 start / 1st L2", "k2 producer regs", "k2 math regs", "k2 1st L2 main done", "L2 math end", "pushed", "combined (barrier 1)", "reduced",
+      "L1 math end", "k2 start / 1st L2", "k2 producer regs", "k2 math regs", "k2 1st L2 main done", "L2 math end",
+      "pushed", "combined (barrier 1)", "reduced",
       "[sum] wait pulled", "[sum] wait L1 done", "[sum] wait ring slot", "[sum] copy wait pull",
       "[sum] math: next task", "[sum] math: L1 main", "[sum] math: L1 epilogue", "[sum] math: L2 main",
       "[sum] math: L2 staging", "[sum] math: task vote", "[sum] math: L1 publish", "[sum] math: publish at L2",

@@ -433,7 +433,7 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[w][i] = 0.f;
 
-  bool ok = true; /* unused with MM_GEMM_OK_FROM_ABORT */
+  bool ok = true;
   const float* sfb[Cfg::kWN][2];
   mm_gemm_sfb_rows<Cfg>(p, ti, col_w, sfb);
   float sb_next[Cfg::kWN][2];
@@ -459,7 +459,7 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
         sb[wn][h] = sb_next[wn][h];
         sb_next[wn][h] = __ldg(sfb[wn][h] + kn);
       }
-    if (!stage_ready && !mm_gemm_wait(sm, sm.full + 8 * s, pipe.phase, p) && !MM_GEMM_OK_FROM_ABORT) ok = false;
+    if (!stage_ready && !mm_gemm_wait(sm, sm.full + 8 * s, pipe.phase, p)) ok = false;
     stage_ready = false;
 
     /* A scales of this warp's rows, read before the stage is released. */
