@@ -230,9 +230,34 @@ static int static_check(const mm_fused_stream* s, const mm_fused_task* tasks, in
  *   SIM_PUBLISH_NO_RING_RULE  the kernel's rule without the ring-distance one: a
  *                         planted bug (with claimed tasks, the next L1 tile's pull
  *                         can wait, through the slot guard and L2 tiles, on the
- *                         pending tile). */
-enum { SIM_PUBLISH_NOW, SIM_PUBLISH_DEFERRED, SIM_PUBLISH_PAIRS, SIM_PUBLISH_NO_L2_RULE, SIM_PUBLISH_NO_RING_RULE };
+ *                         pending tile);
+ *   SIM_PUBLISH_BY_COPY   MM_FUSED_L1_RELEASE_BY_COPY: the deferral's points and
+ *                         rules, but a publication only hands the tile to the
+ *                         CTA's copy agent (after waiting until the copy agent
+ *                         took the previous hand-off), which releases L1_DONE
+ *                         when it reaches that L1 task in the CTA's order;
+ *   SIM_PUBLISH_BY_COPY_NO_L2_RULE  the same without the hand-off before an L2
+ *                         task: a planted bug.
+ *
+ * `copies` models each CTA's copy warps as an agent of their own (implied by
+ * the BY_COPY modes): they walk the CTA's tasks in the order it ran them, an
+ * L2 task once the CTA staged it (its rows acquired: PULLED complete), which
+ * is when L2_DONE counts (without `copies`, L2_DONE counts when the tile
+ * runs). The CTA then also waits where the kernel's math and producer wait
+ * on them: a task's step needs every L2 tile it staged before to be copied
+ * out (copy_empty, the staging area), and its k-th task needs the copy agent
+ * to have read its task k - MM_GEMM_TILE_RING (the task ring's slots). */
+enum {
+  SIM_PUBLISH_NOW,
+  SIM_PUBLISH_DEFERRED,
+  SIM_PUBLISH_PAIRS,
+  SIM_PUBLISH_NO_L2_RULE,
+  SIM_PUBLISH_NO_RING_RULE,
+  SIM_PUBLISH_BY_COPY,
+  SIM_PUBLISH_BY_COPY_NO_L2_RULE
+};
 #define SIM_AGENTS 64
+#define SIM_TASK_RING 4 /* MM_GEMM_TILE_RING (gemm_cfg.cuh, a device header) */
 
 typedef struct sim_result {
   int ok;
@@ -250,8 +275,18 @@ typedef struct sim {
   int64_t claim_counter;
   int64_t pend[SIM_AGENTS][2]; /* a CTA's pending L1 tasks (unpublished L1_DONE), oldest first */
   int npend[SIM_AGENTS];
+  /* copies: per CTA the tasks it ran, in order; its copy agent's cursor there;
+   * L2 tiles staged and copied; L1 tiles handed and released (BY_COPY) */
+  int copies;
+  int64_t* ran[SIM_AGENTS];
+  int64_t nran[SIM_AGENTS], cursor[SIM_AGENTS], staged[SIM_AGENTS], copied[SIM_AGENTS];
+  int64_t handed[SIM_AGENTS], released[SIM_AGENTS];
   sim_result res;
 } sim;
+
+static int sim_by_copy(const sim* m) {
+  return m->publish == SIM_PUBLISH_BY_COPY || m->publish == SIM_PUBLISH_BY_COPY_NO_L2_RULE;
+}
 
 static int sim_complete(const sim* m, int kind, int64_t b) {
   return m->count[kind][b] == mm_fused_counter_target(m->s, kind, b);
@@ -280,27 +315,63 @@ static int sim_publishes_first(const sim* m, int a) {
   if (m->publish == SIM_PUBLISH_NOW || m->npend[a] == 0) return 0;
   if (m->next[a] >= m->s->tasks) return 1;
   const mm_fused_task* k = &m->tasks[m->next[a]];
-  if (k->gemm == 1) return m->publish != SIM_PUBLISH_NO_L2_RULE;
+  if (k->gemm == 1) return m->publish != SIM_PUBLISH_NO_L2_RULE && m->publish != SIM_PUBLISH_BY_COPY_NO_L2_RULE;
   return m->publish != SIM_PUBLISH_NO_RING_RULE &&
          k->block0 + 1 >= m->tasks[m->pend[a][0]].block0 + m->s->order.ring_blocks;
 }
 
+/* BY_COPY: a hand-off waits until the copy agent took the previous one;
+ * the other modes' publications wait for nothing. */
+static int sim_can_publish(const sim* m, int a) {
+  return !sim_by_copy(m) || m->npend[a] == 0 || m->released[a] == m->handed[a];
+}
+
 static void sim_publish(sim* m, int a) {
-  for (int i = 0; i < m->npend[a]; ++i) sim_count(m, &m->tasks[m->pend[a][i]], MM_FUSED_L1_DONE);
+  if (sim_by_copy(m)) m->handed[a] += m->npend[a]; /* one at most: the copy agent counts L1_DONE */
+  else
+    for (int i = 0; i < m->npend[a]; ++i) sim_count(m, &m->tasks[m->pend[a][i]], MM_FUSED_L1_DONE);
   m->npend[a] = 0;
 }
 
-/* 1: agent a can move now; 0: it waits; -1: it is done. */
+/* The copy agent of CTA c (copies): its next task, 1 when it can take it,
+ * 0 when it waits, -1 when the CTA's tasks are all done and copied. */
+static int sim_copy_ready(const sim* m, int c) {
+  if (m->cursor[c] == m->nran[c]) return m->next[c] >= m->s->tasks && m->npend[c] == 0 ? -1 : 0;
+  const mm_fused_task* k = &m->tasks[m->ran[c][m->cursor[c]]];
+  if (k->gemm == 1) {
+    for (int64_t b = k->block0; b <= task_last_block(k); ++b)
+      if (!sim_complete(m, MM_FUSED_PULLED, b)) return 0; /* the row tables' writers */
+    return 1;
+  }
+  /* An L1 task: skipped, or (BY_COPY) released once handed. The CTA's L1
+   * tiles are handed in the order it ran them, which this walk follows. */
+  return !sim_by_copy(m) || m->released[c] < m->handed[c];
+}
+
+/* 1: agent a can move now; 0: it waits; -1: it is done. Agents: the CTAs,
+ * the pull warps, then (copies) one copy agent per CTA. */
 static int sim_ready(sim* m, int a) {
   if (a < m->ctas) {
-    if (sim_publishes_first(m, a)) return 1; /* a publication waits for nothing */
+    if (sim_publishes_first(m, a)) return sim_can_publish(m, a);
     if (m->next[a] >= m->s->tasks) return -1;
+    /* The task ring: the producer writes the CTA's k-th task over its
+     * (k - ring)-th, which the copy agent must have read: it has read every
+     * task up to the one it works on. */
+    if (m->copies && m->nran[a] - m->cursor[a] > SIM_TASK_RING) return 0;
     const mm_fused_task* k = &m->tasks[m->next[a]];
+    /* copy_empty: an L2 tile's staging waits until the last one was copied
+     * out. A staged L1 epilogue waits for that too, after the hand-off of
+     * the CTA's pending tile; not modelled, because it cannot block: the L2
+     * tiles it waits for ran before that pending tile, and the copy agent
+     * reaches them with the hand-offs made before them. */
+    if (m->copies && k->gemm == 1 && m->copied[a] < m->staged[a]) return 0;
+    if (k->gemm == 0 && !sim_can_publish(m, a)) return 0; /* the hand-off after its mainloop */
     const int need = k->gemm == 0 ? MM_FUSED_PULLED : MM_FUSED_L1_DONE;
     for (int64_t b = k->block0; b <= task_last_block(k); ++b)
       if (!sim_complete(m, need, b)) return 0;
     return 1;
   }
+  if (a >= m->ctas + m->pulls) return sim_copy_ready(m, a - m->ctas - m->pulls);
   const int64_t r = sim_pull_row(m, a);
   if (r < 0) return -1;
   const int64_t pred = mm_fused_slot_predecessor(&m->s->order, r / MM_FUSED_BLOCK_ROWS);
@@ -315,6 +386,18 @@ static void sim_fail(sim* m, const char* fmt, long long a, long long b, long lon
 /* Runs agent a (ready) one step. */
 static void sim_step(sim* m, int a) {
   const int32_t ring = m->s->order.ring_blocks;
+  if (a >= m->ctas + m->pulls) {
+    const int c = a - m->ctas - m->pulls;
+    const mm_fused_task* k = &m->tasks[m->ran[c][m->cursor[c]++]];
+    if (k->gemm == 1) {
+      sim_count(m, k, MM_FUSED_L2_DONE);
+      m->copied[c]++;
+    } else if (sim_by_copy(m)) {
+      sim_count(m, k, MM_FUSED_L1_DONE);
+      m->released[c]++;
+    }
+    return;
+  }
   if (a >= m->ctas) {
     for (int burst = 0; burst < 16 && m->res.ok && sim_ready(m, a) == 1; ++burst) {
       const int64_t b = sim_pull_row(m, a) / MM_FUSED_BLOCK_ROWS, slot = b % ring, old = m->owner[slot];
@@ -337,8 +420,10 @@ static void sim_step(sim* m, int a) {
     if (m->owner[b % ring] != b)
       sim_fail(m, "an L%lld tile read slot %lld for block %lld, which holds block %lld", k->gemm + 1, b % ring, b,
                m->owner[b % ring]);
+  if (m->copies) m->ran[a][m->nran[a]++] = t;
   if (k->gemm == 1) {
-    sim_count(m, k, MM_FUSED_L2_DONE);
+    if (m->copies) m->staged[a]++; /* its copy agent counts L2_DONE */
+    else sim_count(m, k, MM_FUSED_L2_DONE);
   } else if (m->publish == SIM_PUBLISH_NOW) {
     sim_count(m, k, MM_FUSED_L1_DONE);
   } else {
@@ -356,7 +441,7 @@ static void sim_step(sim* m, int a) {
 }
 
 static sim_result simulate(const mm_fused_stream* s, const mm_fused_task* tasks, int ctas, int pulls, int guard,
-                           int publish, int claim, mm_rng* g) {
+                           int publish, int claim, int copies, mm_rng* g) {
   sim m;
   memset(&m, 0, sizeof m);
   m.s = s;
@@ -366,13 +451,16 @@ static sim_result simulate(const mm_fused_stream* s, const mm_fused_task* tasks,
   m.guard = guard;
   m.publish = publish;
   m.claim = claim;
+  m.copies = copies || sim_by_copy(&m);
   m.res.ok = 1;
+  if (m.copies)
+    for (int c = 0; c < ctas; ++c) m.ran[c] = (int64_t*)malloc(sizeof(int64_t) * (size_t)(s->tasks + 1));
   const int64_t B = s->blocks ? s->blocks : 1;
   for (int k = 0; k < MM_FUSED_COUNTERS; ++k) m.count[k] = (int64_t*)calloc((size_t)B, sizeof(int64_t));
   m.owner = (int64_t*)malloc(sizeof(int64_t) * (size_t)s->order.ring_blocks);
   for (int32_t i = 0; i < s->order.ring_blocks; ++i) m.owner[i] = -1;
-  const int agents = ctas + pulls;
-  for (int a = 0; a < agents; ++a) m.next[a] = a < ctas ? a : a - ctas;
+  const int agents = ctas + pulls + (m.copies ? ctas : 0);
+  for (int a = 0; a < ctas + pulls; ++a) m.next[a] = a < ctas ? a : a - ctas;
   /* The claim: every CTA's first task, then (one ahead) its second. */
   m.claim_counter = ctas;
   for (int a = 0; a < ctas; ++a) m.claimed[a] = m.claim_counter++;
@@ -396,6 +484,7 @@ static sim_result simulate(const mm_fused_stream* s, const mm_fused_task* tasks,
                  mm_fused_counter_target(s, kind, b));
   for (int k = 0; k < MM_FUSED_COUNTERS; ++k) free(m.count[k]);
   free(m.owner);
+  for (int c = 0; c < ctas; ++c) free(m.ran[c]);
   return m.res;
 }
 
@@ -736,6 +825,7 @@ static mm_test_result t_ring_simulation(void) {
   mm_rng g = unit_rng(0x51b);
   int32_t rows[64];
   int runs = 0, caught = 0, planted = 0, no_l2_caught = 0, no_l2_planted = 0, no_ring_caught = 0, no_ring_planted = 0;
+  int by_copy_no_l2_caught = 0, nmodes = 0;
   int single = 0, pairs_dead[2] = {0, 0}, pairs_small = 0, pairs_min_lag = 1 << 30, claimed_small = 0, claimed_small_dead = 0;
   for (int i = 0; i < 160; ++i) {
     const int32_t El = 1 + (int32_t)mm_rng_below(&g, 24);
@@ -758,13 +848,19 @@ static mm_test_result t_ring_simulation(void) {
     const int ctas = 1 + (int)mm_rng_below(&g, 16), pulls = 1 + (int)mm_rng_below(&g, 12);
     mm_fused_task* tasks = decode_all(&t.s);
     static const struct {
-      int publish, claim;
+      int publish, claim, copies;
       const char* name;
-    } modes[] = {{SIM_PUBLISH_NOW, 0, "published at once"},
-                 {SIM_PUBLISH_DEFERRED, 0, "the kernel's deferral, round-robin"},
-                 {SIM_PUBLISH_DEFERRED, 1, "the kernel's deferral, claimed"}};
-    for (size_t mo = 0; mo < sizeof modes / sizeof modes[0]; ++mo) {
-      const sim_result r = simulate(&t.s, tasks, ctas, pulls, 1, modes[mo].publish, modes[mo].claim, &g);
+    } modes[] = {{SIM_PUBLISH_NOW, 0, 0, "published at once"},
+                 {SIM_PUBLISH_DEFERRED, 0, 0, "the kernel's deferral, round-robin"},
+                 {SIM_PUBLISH_DEFERRED, 1, 0, "the kernel's deferral, claimed"},
+                 {SIM_PUBLISH_DEFERRED, 0, 1, "the kernel's deferral with copy agents, round-robin"},
+                 {SIM_PUBLISH_DEFERRED, 1, 1, "the kernel's deferral with copy agents, claimed"},
+                 {SIM_PUBLISH_BY_COPY, 0, 1, "released by the copy agent, round-robin"},
+                 {SIM_PUBLISH_BY_COPY, 1, 1, "released by the copy agent, claimed"}};
+    nmodes = (int)(sizeof modes / sizeof modes[0]);
+    for (int mo = 0; mo < nmodes; ++mo) {
+      const sim_result r =
+          simulate(&t.s, tasks, ctas, pulls, 1, modes[mo].publish, modes[mo].claim, modes[mo].copies, &g);
       /* The claim with the deferral is live in the kernel's range of lags;
        * below it the model finds runs that do not finish (lag 0 and 1 seen):
        * counted, and MM_FUSED_LAG_MIN is load-bearing for the claim. */
@@ -782,7 +878,7 @@ static mm_test_result t_ring_simulation(void) {
      * the kernel's range of lags (asserted); below it, deadlocks counted and
      * the smallest lag seen. */
     for (int claim = 0; claim < 2; ++claim) {
-      const sim_result r = simulate(&t.s, tasks, ctas, pulls, 1, SIM_PUBLISH_PAIRS, claim, &g);
+      const sim_result r = simulate(&t.s, tasks, ctas, pulls, 1, SIM_PUBLISH_PAIRS, claim, 0, &g);
       const int dead = !r.ok;
       if (wave || lag >= MM_FUSED_LAG_MIN) {
         if (dead) free(tasks), stream_free(&t);
@@ -798,17 +894,18 @@ static mm_test_result t_ring_simulation(void) {
     single += wave;
     if (t.s.blocks > o.ring_blocks) { /* the same run without the guard must be caught */
       planted++;
-      caught += !simulate(&t.s, tasks, ctas, pulls, 0, SIM_PUBLISH_NOW, 0, &g).ok;
+      caught += !simulate(&t.s, tasks, ctas, pulls, 0, SIM_PUBLISH_NOW, 0, 0, &g).ok;
     }
     /* The deferral without its L2 rule: caught where an L2 task can need its
      * own CTA's pending tile (one CTA: always, once there is an L1 tile). */
     if (!wave && t.s.blocks > o.ring_blocks) {
       no_ring_planted++;
-      no_ring_caught += !simulate(&t.s, tasks, ctas, pulls, 1, SIM_PUBLISH_NO_RING_RULE, 1, &g).ok;
+      no_ring_caught += !simulate(&t.s, tasks, ctas, pulls, 1, SIM_PUBLISH_NO_RING_RULE, 1, 0, &g).ok;
     }
     if (t.s.tasks > 0) {
       no_l2_planted++;
-      no_l2_caught += !simulate(&t.s, tasks, 1, pulls, 1, SIM_PUBLISH_NO_L2_RULE, 0, &g).ok;
+      no_l2_caught += !simulate(&t.s, tasks, 1, pulls, 1, SIM_PUBLISH_NO_L2_RULE, 0, 0, &g).ok;
+      by_copy_no_l2_caught += !simulate(&t.s, tasks, 1, pulls, 1, SIM_PUBLISH_BY_COPY_NO_L2_RULE, 0, 1, &g).ok;
     }
     free(tasks);
     stream_free(&t);
@@ -820,12 +917,14 @@ static mm_test_result t_ring_simulation(void) {
          MM_FUSED_LAG_MIN,
          pairs_dead[0], pairs_dead[1], pairs_small, pairs_dead[0] + pairs_dead[1] ? ", the smallest lag among them " : "\n");
   if (pairs_dead[0] + pairs_dead[1]) printf("%d\n", pairs_min_lag);
-  printf("    %d simulated forwards (%d single wave) clean in 3 modes each (claimed: lag >= MM_FUSED_LAG_MIN or the single wave); without the slot guard %d of %d "
-         "caught; the deferral without its L2 rule %d of %d caught, without its ring rule (claimed) %d of %d\n",
-         runs, single, caught, planted, no_l2_caught, no_l2_planted, no_ring_caught, no_ring_planted);
+  printf("    %d simulated forwards (%d single wave) clean in %d modes each (claimed: lag >= MM_FUSED_LAG_MIN or the single wave); without the slot guard %d of %d "
+         "caught; the deferral without its L2 rule %d of %d caught (released by the copy agent: %d), without its ring rule (claimed) %d of %d\n",
+         runs, single, nmodes, caught, planted, no_l2_caught, no_l2_planted, by_copy_no_l2_caught, no_ring_caught, no_ring_planted);
   CHECK(planted > runs / 3 && caught > planted / 2);
   CHECK_MSG(no_l2_caught == no_l2_planted, "the deferral without its L2 rule: %d of %d caught", no_l2_caught,
             no_l2_planted);
+  CHECK_MSG(by_copy_no_l2_caught == no_l2_planted, "the copy agent's release without the L2 rule: %d of %d caught",
+            by_copy_no_l2_caught, no_l2_planted);
   return MM_TEST_PASS;
 }
 
