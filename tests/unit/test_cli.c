@@ -291,7 +291,7 @@ static mm_test_result test_info_flags_compose(void) {
   RUN(r, "info", "--arm", "fused", "--model", "flash", "--ranks", "8");
   CHECK_EQ_INT(r->status, MM_EXIT_OK);
   CHECK_HAS(r->out, "fused kernel, decode regime: L1 64x256 + L2 64x256, 4 pipeline stages, 256 tasks decoded ahead");
-  CHECK_HAS(r->out, "fused kernel, large regime: L1 128x256 + L2 256x128, 3 pipeline stages, 256 tasks decoded ahead");
+  CHECK_HAS(r->out, "fused kernel, large regime: L1 128x256 + L2 128x256, 3 pipeline stages, 256 tasks decoded ahead");
   return MM_TEST_PASS;
 }
 

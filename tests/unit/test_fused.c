@@ -231,11 +231,13 @@ static int static_check(const mm_fused_stream* s, const mm_fused_task* tasks, in
  *                         planted bug (with claimed tasks, the next L1 tile's pull
  *                         can wait, through the slot guard and L2 tiles, on the
  *                         pending tile);
- *   SIM_PUBLISH_BY_COPY   MM_FUSED_L1_RELEASE_BY_COPY: the deferral's points and
+ *   SIM_PUBLISH_BY_COPY   a design, not the kernel: the deferral's points and
  *                         rules, but a publication only hands the tile to the
  *                         CTA's copy agent (after waiting until the copy agent
  *                         took the previous hand-off), which releases L1_DONE
- *                         when it reaches that L1 task in the CTA's order;
+ *                         when it reaches that L1 task in the CTA's order (built
+ *                         as a kernel option in the twenty-fifth session, no
+ *                         gain on an H100, removed: docs/PERF.md);
  *   SIM_PUBLISH_BY_COPY_NO_L2_RULE  the same without the hand-off before an L2
  *                         task: a planted bug.
  *
@@ -763,9 +765,9 @@ static mm_test_result t_ring_static(void) {
 }
 
 /* The flash shape itself, the 8192-token lag order over skewed routings,
- * with the large regime's tiles (128x256 L1, 256x128 L2) and, as extra
- * coverage of the stream's geometry, with the decode pair's (64x256 L1 and
- * L2). */
+ * with the large regime's tiles at G 128 (128x256 L1, 128x256 L2) and at
+ * G 64 (128x128 L1, 256x128 L2) and, as extra coverage of the stream's
+ * geometry, with the decode pair's (64x256 L1 and L2). */
 static mm_test_result t_ring_static_flash(void) {
   mm_rng g = unit_rng(0xf1a5);
   megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
@@ -773,20 +775,24 @@ static mm_test_result t_ring_static_flash(void) {
   mm_fused_ring ring;
   CHECK_OK(mm_fused_ring_make(&c, 8, &ring));
   int32_t rows[32];
-  for (int skew = 0; skew < 2 * SKEW_KINDS; ++skew) {
-    const int large = skew < SKEW_KINDS;
-    const int l1_rows = large ? 128 : 64, l2_rows = large ? 256 : 64, l2_cols = large ? 128 : 256;
+  static const struct {
+    int l1_rows, l1_cols, l2_rows, l2_cols;
+  } pairs[] = {{128, 256, 128, 256}, {128, 128, 256, 128}, {64, 256, 64, 256}};
+  for (int skew = 0; skew < 3 * SKEW_KINDS; ++skew) {
+    const int l1_rows = pairs[skew / SKEW_KINDS].l1_rows, l1_cols = pairs[skew / SKEW_KINDS].l1_cols;
+    const int l2_rows = pairs[skew / SKEW_KINDS].l2_rows, l2_cols = pairs[skew / SKEW_KINDS].l2_cols;
     mm_fused_order o;
     CHECK_OK(mm_fused_call_order(&ring, &c, 8, 8192, 8192, &o));
     draw_rows(&g, skew % SKEW_KINDS, 8192 * 6 * (skew % SKEW_KINDS == SKEW_ONE ? 8 : 1), 32, rows);
     test_stream t;
-    stream_make(&t, o, 32, rows, l1_rows, l2_rows, 2 * 2048 / 256, 4096 / l2_cols);
+    stream_make(&t, o, 32, rows, l1_rows, l2_rows, 2 * 2048 / l1_cols, 4096 / l2_cols);
     char why[256] = "";
     mm_fused_task* tasks = decode_all(&t.s);
     const int ok = static_check(&t.s, tasks, (int64_t)MM_FUSED_UNIT_BLOCKS * (o.lag + o.group), why, sizeof why);
     free(tasks);
     stream_free(&t);
-    CHECK_MSG(ok, "flash, L1 %d / L2 %d rows, %s routing: %s", l1_rows, l2_rows, kSkewNames[skew % SKEW_KINDS], why);
+    CHECK_MSG(ok, "flash, L1 %dx%d / L2 %dx%d, %s routing: %s", l1_rows, l1_cols, l2_rows, l2_cols,
+              kSkewNames[skew % SKEW_KINDS], why);
   }
   return MM_TEST_PASS;
 }

@@ -57,20 +57,17 @@ static mm_test_result t_fused_pairs_per_regime(void) {
     int64_t hidden, intermediate;
     int g;
     mm_gemm_tile want[MM_REGIME_COUNT][2];
-    mm_gemm_tile want_wide_l2; /* the large L2 in a build with the wide pair */
   } cases[] = {
+      /* the wide pair: the large L2 on 128x256 where H allows, as the split arm */
       {4096, 2048, 128,
        {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
-        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}},
-       MM_GEMM_TILE_128x256},
+        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256}}},
       {3968, 1408, 128,
        {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128},
-        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}},
-       MM_GEMM_TILE_256x128}, /* H not a multiple of 256 */
+        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}}}, /* H not a multiple of 256 */
       {4096, 2048, 64,
        {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
-        {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128}},
-       MM_GEMM_TILE_256x128}, /* no wide pair at G 64 */
+        {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128}}}, /* no wide pair at G 64 */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     for (int ranks = 1; ranks <= 8; ranks *= 8) {
@@ -81,12 +78,7 @@ static mm_test_result t_fused_pairs_per_regime(void) {
         mm_gemm_tile l1 = MM_GEMM_TILE_AUTO, l2 = MM_GEMM_TILE_AUTO;
         mm_fused_smem_plan pl;
         CHECK_OK(mm_plan_fused_kernel(&c, ranks, r, &l1, &l2, &pl));
-        /* A build with the wide pair (-DMM_FUSED_L2_WIDE=1) takes 128x256
-         * for the large L2 where H allows, as the split arm does. */
-        const int wide_build = mm_fused_has_wide_l2(128);
-        const mm_gemm_tile want2 =
-            r == MM_REGIME_LARGE && wide_build ? cases[i].want_wide_l2 : cases[i].want[r][1];
-        CHECK_MSG(l1 == cases[i].want[r][0] && l2 == want2, "H %lld G %d regime %d: %s + %s",
+        CHECK_MSG(l1 == cases[i].want[r][0] && l2 == cases[i].want[r][1], "H %lld G %d regime %d: %s + %s",
                   (long long)cases[i].hidden, cases[i].g, r, mm_gemm_tile_name(l1), mm_gemm_tile_name(l2));
         CHECK_MSG(pl.stages >= 3, "H %lld G %d regime %d: %u stages", (long long)cases[i].hidden, cases[i].g, r,
                   pl.stages);
@@ -169,17 +161,16 @@ static mm_test_result t_fused_smem_plans(void) {
     }
   mm_fused_smem_plan pl;
   CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_64x256, MM_GEMM_TILE_256x128, 128, 8, &pl) != MEGAMOE_OK); /* not instantiated */
-  /* The wide pair: its layouts fit where it is built, and it is absent at G = 64. */
-  if (mm_fused_has_wide_l2(128))
-    for (int32_t e = 1; e <= MEGAMOE_MAX_LOCAL_EXPERTS; e *= 2) {
-      CHECK_OK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, 128, e, &pl));
-      /* The engine's minimum, 2 stages: at E_l 1024 the stream's 20 KB leaves 2, as for the 256x128 pairs (FUSED.md). */
-      CHECK_MSG(pl.stages >= 2 && pl.dynamic_bytes + pl.static_reserve <= pl.limit, "wide pair, E_l %d: %u stages, %u B",
-                (int)e, pl.stages, pl.dynamic_bytes);
-    }
-  else
-    CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, 128, 8, &pl) != MEGAMOE_OK);
+  /* The wide pair: its layouts fit at G = 128, and it is absent at G = 64. */
+  CHECK(mm_fused_has_wide_l2(128));
+  for (int32_t e = 1; e <= MEGAMOE_MAX_LOCAL_EXPERTS; e *= 2) {
+    CHECK_OK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, 128, e, &pl));
+    /* The engine's minimum, 2 stages: at E_l 1024 the stream's 20 KB leaves 2, as for the 256x128 pairs (FUSED.md). */
+    CHECK_MSG(pl.stages >= 2 && pl.dynamic_bytes + pl.static_reserve <= pl.limit, "wide pair, E_l %d: %u stages, %u B",
+              (int)e, pl.stages, pl.dynamic_bytes);
+  }
   CHECK(!mm_fused_has_wide_l2(64));
+  CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, 64, 8, &pl) != MEGAMOE_OK);
   printf("    %lld (pair, E_l) layouts fit: %lld with the full task cache, %lld with a smaller one, none lost a stage\n",
          (long long)fits, (long long)full_cache, (long long)smaller_cache);
   return MM_TEST_PASS;

@@ -43,8 +43,8 @@ typedef struct mm_fused_smem_plan {
 megamoe_status mm_fused_smem_plan_of(mm_gemm_tile l1, mm_gemm_tile l2, int32_t a_sf_block2, int32_t experts,
                                      mm_fused_smem_plan* plan);
 
-/* Whether this build has the large pair with a 128x256 L2 tile at G
- * (the kernels built with -DMM_FUSED_L2_WIDE=1; fused_instances.cuh). */
+/* Whether the large pair with a 128x256 L2 tile is instantiated at G (G =
+ * 128 only; fused_instances.cuh). */
 int mm_fused_has_wide_l2(int32_t g);
 
 /* Once per pair of plans (when the weights are set): re-encodes their A maps

@@ -1,12 +1,12 @@
 /* The fused kernel's instantiations (fused_arm.h): one per (L1 tile, L2
  * tile) pair a regime can pick (host/plan.c, mm_gemm_pick_tile):
- *   G = 128  L1 128x256 with L2 256x128 (large); L1 64x256 with L2 64x256
- *            or 128x128 (decode, and the fused arm's mid regime)
+ *   G = 128  L1 128x256 with L2 128x256 (large, H a multiple of 256: the
+ *            split arm's large L2 tile too; 1.5-8 % faster than 256x128 at
+ *            1024-8192 tokens on an H100, docs/PERF.md, twenty-fifth session)
+ *            or 256x128 (large, other H); L1 64x256 with L2 64x256 or 128x128
+ *            (decode, and the fused arm's mid regime)
  *   G = 64   L1 128x128 with L2 256x128 (large); L1 64x256 with L2 64x256
  *            or 128x128 (decode)
- * With -DMM_FUSED_L2_WIDE=1 also G = 128's L1 128x256 with L2 128x256 (the
- * split arm's large L2 tile since the twenty-third session; built, CPU-tested,
- * not yet run on a GPU, so off by default: docs/PERF.md).
  * The L2 tile's A scales are per G columns (kPromo 1 or 2). Each G's
  * lookup lives in its own file, G = 128's large pair in a third, so they
  * compile in parallel. */
@@ -15,10 +15,6 @@
 
 #include "fused/fused_kernel.cuh"
 #include "gemm/gemm.h"
-
-#ifndef MM_FUSED_L2_WIDE
-#define MM_FUSED_L2_WIDE 0
-#endif
 
 /* What the launcher needs of one instantiation. */
 struct mm_fused_kernel_ref {

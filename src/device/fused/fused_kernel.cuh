@@ -104,16 +104,6 @@ static_assert(MM_FUSED_PRODUCER_REGS % 8 == 0 && MM_FUSED_MATH_REGS % 8 == 0 &&
 /* Named barrier where the producer warpgroup waits, without spinning, for
  * the math warpgroups to give back their registers (below). */
 #define MM_FUSED_BAR_REGS 5
-/* Who releases an L1 tile's L1_DONE (mm_fused_math). 0: the math threads
- * (a proxy fence in each, a math barrier, thread 0's gpu-scope release: the
- * MEMBAR.GPU and the barrier sit on the math warps' path once per L1 tile,
- * 57-64 us per forward at 8192 tokens; docs/PERF.md, fifteenth session).
- * 1: the math thread 0 hands the tile to the first copy thread through a
- * shared-memory barrier, and that thread, idle during L1 tiles, releases it
- * (mm_fused_hand_l1, mm_fused_release_l1). A build option until measured. */
-#ifndef MM_FUSED_L1_RELEASE_BY_COPY
-#define MM_FUSED_L1_RELEASE_BY_COPY 0
-#endif
 
 /* A tile shape of the fused kernel: the engine's config with one stage size
  * for both shapes (kStage bytes, A at the stage's start, B right after the
@@ -372,51 +362,19 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
  * this very counter (the single-wave order's first L2 tile depends on the
  * CTA's own last L1 tiles). Tiles of one L1 unit never wait on each other,
  * and the lag order keeps an L2 task >= lag units behind. */
-/* One tile pending at a time. Two (one proxy fence, math barrier and
- * membar per two tiles) were built and, beside the early-combine option,
- * measured slower on an H100 (its own share about +8 us at 2048 tokens, no
- * gain at 8192: docs/PERF.md, seventeenth session), so removed;
- * fused.ring_simulation keeps that rule (SIM_PUBLISH_PAIRS) for a later
- * design that moves the release off the math warps. */
+/* One tile pending at a time, released by the math threads. Two (one proxy
+ * fence, math barrier and membar per two tiles) were built and, beside the
+ * early-combine option, measured slower on an H100 (its own share about +8
+ * us at 2048 tokens, no gain at 8192: docs/PERF.md, seventeenth session).
+ * The release moved to the first copy thread (math thread 0 handing each
+ * tile over a shared-memory barrier) was built too: no gain at 2048 or 8192
+ * tokens with the 256x128 L2 tile, +1.8 % at 2048 with 128x256 (one H100,
+ * twenty-fifth session). Both removed; fused.ring_simulation keeps their
+ * rules (SIM_PUBLISH_PAIRS, SIM_PUBLISH_BY_COPY) as checked designs. */
 struct mm_fused_l1_pending {
   int64_t block0; /* -1: nothing pending */
   int32_t rows;
-  uint32_t handed; /* MM_FUSED_L1_RELEASE_BY_COPY, thread 0: tiles handed to the copy thread so far */
 };
-
-/* The L1_DONE hand-off's two barriers (MM_FUSED_L1_RELEASE_BY_COPY), in the
- * control block's arm slots (gemm_cfg.cuh): `handed` completes a phase per
- * L1 tile whose codes and scales are written (one arrival: math thread 0),
- * `taken` a phase per tile the copy thread released (one arrival). */
-MM_DEVICE uint32_t mm_fused_l1_handed(const mm_gemm_smem& sm) { return sm.copy_full - 8u + MM_GEMM_CTRL_ARM_BARS; }
-MM_DEVICE uint32_t mm_fused_l1_taken(const mm_gemm_smem& sm) { return mm_fused_l1_handed(sm) + 8u; }
-
-/* Every math thread (MM_FUSED_L1_RELEASE_BY_COPY): the pending tile handed
- * to the copy thread, which releases L1_DONE (mm_fused_release_l1). Thread 0
- * waits for its TMA store (the codes), fences the async proxy and arrives on
- * `handed`: a CTA-scope release. It is cumulative over every math thread's
- * stores of the tile (its scales, a partial tile's codes) because each call
- * site follows a math vote (a bar.red over the 256 math threads) that came
- * after the tile's epilogue. One hand-off in flight: thread 0 first waits
- * until the copy thread took the previous one, so `handed` never runs two
- * phases ahead of the copy thread's parity wait (which would then miss
- * one). before_staging: the caller's next epilogue writes the staging area
- * without a barrier of its own (an L2 tile's stage_for_copy), so the math
- * threads wait at a barrier after thread 0 saw the store read it. */
-MM_DEVICE void mm_fused_hand_l1(const mm_gemm_smem& sm, const mm_gemm_problem& p, mm_fused_l1_pending& pend,
-                                bool before_staging) {
-  if (pend.block0 < 0) return;
-  if (threadIdx.x == 0) {
-    mm_bulk_wait_group<0>();
-    mm_fence_proxy_async_global();
-    /* A give-up (the abort word is set) hands nothing: the next vote leaves. */
-    if (pend.handed == 0 || mm_gemm_wait(sm, mm_fused_l1_taken(sm), (pend.handed - 1u) & 1u, p))
-      mm_mbar_arrive(mm_fused_l1_handed(sm));
-    ++pend.handed;
-  }
-  if (before_staging) mm_gemm_math_barrier();
-  pend.block0 = -1;
-}
 
 /* Every math thread: L1_DONE for the pending tile, if any. Its fp8 codes
  * and scales (a TMA store's completion first: usually long done, as the
@@ -456,13 +414,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
    * pending, and an L2 task publishes it before its mainloop
    * (mm_fused_publish_l1: thread 0's wait_group 0, then a math barrier).
    * The same tasks in every math thread: the waits are uniform. */
-  mm_fused_l1_pending pend = {-1, 0, 0u};
-  /* L1_DONE of the pending tile: released here, or handed to the copy
-   * thread (MM_FUSED_L1_RELEASE_BY_COPY). */
-  auto publish_l1 = [&](bool before_staging) {
-    if constexpr (MM_FUSED_L1_RELEASE_BY_COPY) mm_fused_hand_l1(sm1, p1, pend, before_staging);
-    else mm_fused_publish_l1(L, l1_done, pend);
-  };
+  mm_fused_l1_pending pend = {-1, 0};
   /* Timeline of the math warps' parts (thread 0 only): compiled in only with
    * -DMM_FUSED_MATH_TIMELINE=1 (it costs the kernel ~60 B more spills), e.g.
    * make BUILD=build_tl NVCC="nvcc -DMM_FUSED_MATH_TIMELINE=1" build_tl/megamoe,
@@ -502,13 +454,14 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
        * ring; never with the stride order, 132 CTAs and the ring's minimum;
        * possible with the dynamic claim, where a CTA's consecutive tasks can
        * be far apart). */
-      if (pend.block0 >= 0 && task.block0 + 1 >= pend.block0 + s->order.ring_blocks) publish_l1(false);
+      if (pend.block0 >= 0 && task.block0 + 1 >= pend.block0 + s->order.ring_blocks)
+        mm_fused_publish_l1(L, l1_done, pend);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
       float acc[T1::kWaves][64];
       const bool mine = mm_gemm_consume_tile<T1, true>(sm1, pipe, p1, ti, wg, acc);
       if (!mm_gemm_math_vote_ok(sm1, mine)) return;
       lap(MM_TL_MATH_L1);
-      publish_l1(false);
+      mm_fused_publish_l1(L, l1_done, pend);
       lap(MM_TL_MATH_L1_PUB);
       if (mm_gemm_swiglu_staged<T1>(p1, ti, tm_out1) && l2_tiles > 0) {
         /* A give-up (the abort word is set) must not overwrite what the
@@ -518,16 +471,10 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
         if (!mm_gemm_math_vote_ok(sm1, read_out)) return;
       }
       mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_out1);
-      /* The writer's half of the proxy recipe (comm/wait.cuh): each thread's
-       * generic stores (scales, a partial tile's codes) before the async
-       * reads of an L2 producer, ahead of the vote that carries them to the
-       * hand-off (the default build fences in mm_fused_publish_l1). */
-      if constexpr (MM_FUSED_L1_RELEASE_BY_COPY) mm_fence_proxy_async_global();
-      pend.block0 = task.block0;
-      pend.rows = task.rows;
+      pend = mm_fused_l1_pending{task.block0, task.rows};
       lap(MM_TL_MATH_L1_EPI);
     } else {
-      publish_l1(true);
+      mm_fused_publish_l1(L, l1_done, pend);
       lap(MM_TL_MATH_L2_PUB);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
       float acc[T2::kWaves][64];
@@ -544,7 +491,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       lap(MM_TL_MATH_L2_EPI);
     }
   }
-  publish_l1(false);
+  mm_fused_publish_l1(L, l1_done, pend);
   if (timed)
     for (int e = MM_TL_MATH_TASK; e <= MM_TL_MATH_L2_PUB; ++e) mm_tl_add(L, e, spent[e - MM_TL_MATH_TASK]);
 #if MM_GEMM_WAIT_TIMER
@@ -556,44 +503,19 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
 }
 
 /* ---- Copy warps (MM_FUSED_COPY_WARP0 on) ----------------------------------------------------- */
-/* The first copy thread (MM_FUSED_L1_RELEASE_BY_COPY), for the i-th L1
- * task of the CTA: waits until the math thread 0 handed it over
- * (mm_fused_hand_l1; the acquire makes the tile's codes and scales this
- * thread's to publish), then releases L1_DONE of the tile's block with the
- * proxy fence an L2 producer's TMA reads need, and frees the hand-off.
- * The copy warps read the tasks in the math warps' order, so the i-th L1
- * task is the i-th tile handed. False when the wait gave up. */
-MM_DEVICE bool mm_fused_release_l1(const mm_layer_view& L, const mm_fused_cta& c, const mm_gemm_problem& p,
-                                   const mm_fused_task& task, uint32_t i) {
-  if (!mm_gemm_wait(c.sm, mm_fused_l1_handed(c.sm), i & 1u, p)) return false;
-  mm_fence_proxy_async_global();
-  mm_red_release_gpu_add_s32(c.l1_done + task.block0, task.rows);
-  mm_mbar_arrive(mm_fused_l1_taken(c.sm));
-  mm_tl_stamp(L, MM_TL_L1_MATH_END);
-  return true;
-}
-
 template <class T2>
 MM_DEVICE void mm_fused_copy(const mm_layer_view& L, const mm_fused_cta& c, const mm_gemm_problem& p2, int c_tid) {
   const int lane = threadIdx.x & 31;
   const mm_fused_stream* s = c.s;
   uint32_t j = 0; /* L2 tiles of this CTA so far: the hand-off's index */
-  uint32_t l1_tiles = 0; /* MM_FUSED_L1_RELEASE_BY_COPY, c_tid 0: L1 tiles released so far */
-  bool released = true;
   for (uint32_t k = 0;; ++k) {
     mm_fused_task task; /* every task of the ring: this warp is one of its readers */
     const bool got = mm_fused_read_task(c.sm, c.ring, p2, k, &task);
     /* One decision for all copy warps (a give-up in one warp, while another
      * read the task, would leave the other alone at the copy barrier). */
-    if (mm_named_barrier_or(MM_GEMM_BAR_COPY, MM_FUSED_COPY_THREADS, !got || !released)) break;
+    if (mm_named_barrier_or(MM_GEMM_BAR_COPY, MM_FUSED_COPY_THREADS, !got)) break;
     if (task.gemm < 0) break;
-    if (task.gemm == 0) {
-      if constexpr (MM_FUSED_L1_RELEASE_BY_COPY) {
-        if (c_tid == 0) released = mm_fused_release_l1(L, c, p2, task, l1_tiles++);
-        __syncwarp(); /* the warp converged before the next read's votes */
-      }
-      continue;
-    }
+    if (task.gemm == 0) continue;
     const mm_gemm_smem sm2 = mm_fused_view_l2<T2>(c.sm);
     const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
     const int32_t rows1 = mm_fused_rows_in_block1(task);
@@ -787,11 +709,6 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       mm_tma_prefetch_map(&tm_sf2);
       if (p1.swiglu.tma_out) mm_tma_prefetch_map(&tm_out1);
       mm_gemm_init_barriers(sm, MM_FUSED_COPY_THREADS, MM_FUSED_TASK_READERS);
-      if (MM_FUSED_L1_RELEASE_BY_COPY) {
-        mm_mbar_init(mm_fused_l1_handed(sm), 1);
-        mm_mbar_init(mm_fused_l1_taken(sm), 1);
-        mm_fence_mbar_init();
-      }
     }
     uint8_t* stream_smem = sm.sched + (uint32_t)C2::BM * 8u; /* after the copy warps' row destinations */
     s = mm_fused_stream_build_cta(stream_smem, mm_ws<int32_t>(L, MM_WS_POOL_COUNT), order, L.local_experts, C1::BM,

@@ -121,14 +121,9 @@ struct mm_gemm_cfg {
  * barriers (copy_full at 8, copy_empty at 16) of an epilogue whose stores
  * other warps make (mm_gemm_copy_loop); the tile-id ring of a dynamically
  * scheduled GEMM (gemm_dynamic.cuh): MM_GEMM_TILE_RING ids at 32, their
- * full barriers at 64, their empty barriers at 96. Bytes 48-63 (after the
- * ids) hold two barriers an arm may use for itself (MM_GEMM_CTRL_ARM_BARS:
- * the fused arm's L1_DONE hand-off, fused_kernel.cuh). */
+ * full barriers at 64, their empty barriers at 96. */
 #define MM_GEMM_TILE_RING 4
 #define MM_GEMM_CTRL_BYTES 128u
-#define MM_GEMM_CTRL_ARM_BARS 48u
-static_assert(32 + 4 * MM_GEMM_TILE_RING <= MM_GEMM_CTRL_ARM_BARS && MM_GEMM_CTRL_ARM_BARS + 16 <= 64,
-              "the arm's two barriers sit between the tile ids and their full barriers");
 
 static inline __host__ __device__ uint32_t mm_align_up_u32(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 
