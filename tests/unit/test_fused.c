@@ -328,9 +328,17 @@ static int sim_can_publish(const sim* m, int a) {
   return !sim_by_copy(m) || m->npend[a] == 0 || m->released[a] == m->handed[a];
 }
 
+static void sim_fail(sim* m, const char* fmt, long long a, long long b, long long c, long long d);
+
 static void sim_publish(sim* m, int a) {
-  if (sim_by_copy(m)) m->handed[a] += m->npend[a]; /* one at most: the copy agent counts L1_DONE */
-  else
+  if (sim_by_copy(m)) {
+    m->handed[a] += m->npend[a]; /* the copy agent counts L1_DONE */
+    /* The kernel's hand-off barrier held one tile: a second one before the
+     * copy agent took the first would have run its phase two ahead. */
+    if (m->handed[a] - m->released[a] > 1)
+      sim_fail(m, "CTA %lld handed L1 tile %lld while %lld were not yet taken (%lld tasks run)", a, m->handed[a],
+               m->handed[a] - m->released[a] - 1, m->nran[a]);
+  } else
     for (int i = 0; i < m->npend[a]; ++i) sim_count(m, &m->tasks[m->pend[a][i]], MM_FUSED_L1_DONE);
   m->npend[a] = 0;
 }
@@ -476,8 +484,9 @@ static sim_result simulate(const mm_fused_stream* s, const mm_fused_task* tasks,
       if (r == 1) sim_step(&m, a), moved = 1;
     }
     if (!busy) break;
-    if (!moved) sim_fail(&m, "deadlock: none of %lld CTAs and %lld pull warps can move (%lld tasks, %lld blocks)",
-                         ctas, pulls, s->tasks, s->blocks);
+    if (!moved)
+      sim_fail(&m, "deadlock: none of %lld CTAs, their copy agents (if modelled) and %lld pull warps can move (%lld tasks, %lld blocks)",
+               ctas, pulls, s->tasks, s->blocks);
   }
   for (int64_t b = 0; b < s->blocks && m.res.ok; ++b)
     for (int kind = 0; kind < MM_FUSED_COUNTERS && m.res.ok; ++kind)
@@ -916,7 +925,7 @@ static mm_test_result t_ring_simulation(void) {
     free(tasks);
     stream_free(&t);
   }
-  printf("    the kernel's deferral with claimed tasks below lag %d: %d of %d runs failed\n", MM_FUSED_LAG_MIN,
+  printf("    the deferral's modes with claimed tasks below lag %d: %d of %d runs failed\n", MM_FUSED_LAG_MIN,
          claimed_small_dead, claimed_small);
   printf("    the two-tile deferral below lag %d (clean above, asserted): %d round-robin and %d claimed runs of %d "
          "failed%s",

@@ -1,7 +1,7 @@
 /* The fused kernel's instantiations (fused_arm.h): one per (L1 tile, L2
  * tile) pair a regime can pick (host/plan.c, mm_gemm_pick_tile):
  *   G = 128  L1 128x256 with L2 128x256 (large, H a multiple of 256: the
- *            split arm's large L2 tile too; 1.5-8 % faster than 256x128 at
+ *            split arm's large L2 tile too; 2-8 % faster than 256x128 at
  *            1024-8192 tokens on an H100, docs/PERF.md, twenty-fifth session)
  *            or 256x128 (large, other H); L1 64x256 with L2 64x256 or 128x128
  *            (decode, and the fused arm's mid regime)

@@ -381,7 +381,9 @@ MM_DEVICE void mm_gemm_sfb_rows(const mm_gemm_problem& p, const mm_gemm_tile_inf
  * every caller: a failed wait always leaves the abort word set (it gives up
  * because the word is set, or sets it on its deadline), and every caller
  * votes with the abort word anyway (mm_gemm_math_vote_ok). What it buys: in
- * the fused kernel's large pair ptxas spills that flag, with the early probe's,
+ * the fused kernel's 128x256 + 256x128 pair (the large pair for an H that
+ * is not a multiple of 256 since the twenty-fifth session; the 128x256 +
+ * 128x256 pair has no such slot) ptxas spills that flag, with the early probe's,
  * as one 16-bit stack slot that the L1 K loop stores and reloads every K
  * block (nvdisasm: STL.S16 / LDL.S16 [R1+0x34] around the stage wait); with
  * the option that slot is gone (734 / 930 B of spill stores / loads ->
