@@ -40,7 +40,8 @@ enum {
   MM_BENCH_OPT_PDL = 1 << 9,
   MM_BENCH_OPT_BACK_TO_BACK = 1 << 10,
   MM_BENCH_OPT_TIMELINE = 1 << 11,
-  MM_BENCH_OPT_CLOCKS = 1 << 12
+  MM_BENCH_OPT_CLOCKS = 1 << 12,
+  MM_BENCH_OPT_GROUP = 1 << 13
 };
 
 enum { MM_BENCH_PDL_OFF = 0, MM_BENCH_PDL_ON = 1, MM_BENCH_PDL_BOTH = 2 };
@@ -51,6 +52,7 @@ typedef struct mm_bench_layer_opts {
   int experts_per_rank;               /* the -rank models: experts per rank */
   int experts_total;                  /* the whole models: experts in total (else 0) */
   int top_k;
+  int group;                          /* --group: the L1 output's quantization group, 64 or 128 (128) */
   int ranks;                          /* 0: every visible GPU */
   int64_t tokens[MM_BENCH_MAX_POINTS]; /* tokens per rank, one point each */
   int num_points;

@@ -313,6 +313,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   }
   for (int a = 0; a < o->num_arms; ++a) {
     megamoe_config cfg = megamoe_config_make(H, I, E, K, Tm);
+    cfg.quant_group = o->group;
     cfg.arm = o->arms[a];
     megamoe_status st = megamoe_create(&cfg, comm, &layers[a]);
     if (st == MEGAMOE_ERR_NOT_IMPLEMENTED) {
@@ -362,8 +363,8 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
     return 3;
   }
   if (rank == 0) {
-    printf("\nmegamoe bench: %s, H %lld, I %lld, %d experts (%d per rank), top-%d, %d rank(s), T_max %lld\n",
-           o->model, (long long)H, (long long)I, E, El, K, num_ranks, (long long)Tm);
+    printf("\nmegamoe bench: %s, H %lld, I %lld, %d experts (%d per rank), top-%d, G %d, %d rank(s), T_max %lld\n",
+           o->model, (long long)H, (long long)I, E, El, K, o->group, num_ranks, (long long)Tm);
     if (o->back_to_back)
       printf("timing: %d calls back to back per round (one L2 flush + all-rank barrier before them), the mean per call, "
              "%d rounds, arms bracketed; each cell the slowest rank's median of the rounds\n",
@@ -482,7 +483,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
       if (allreduce_max(&rate, 1, comm, stream, rank) != 0) return 3;
       if (rank == 0) {
         mm_bench_row* row = &rows[num_rows++];
-        *row = (mm_bench_row){slot_name[s], num_ranks, T, El, H, I, K, worst[s],
+        *row = (mm_bench_row){slot_name[s], num_ranks, T, El, H, I, K, o->group, worst[s],
                               floors[3] / (worst[s] * 1e-6) / 1e12, rate, floors[0], floors[1], floors[2],
                               sym_bytes[a] / 1048576.0, ws_bytes[a] / 1048576.0};
         print_row(row);

@@ -32,6 +32,7 @@ int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o) {
   o->num_points = 4;
   o->iters = 20;
   o->rounds = 3;
+  o->group = 128;
   for (int a = 0; a < MEGAMOE_ARM_COUNT; ++a) o->arms[a] = (megamoe_arm)a;
   o->num_arms = MEGAMOE_ARM_COUNT;
   for (int i = 0; i < argc; ++i) {
@@ -62,6 +63,11 @@ int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o) {
     } else if (!strcmp(a, "--arms")) {
       bad = mm_cli_arm_list("bench", a, mm_cli_value("bench", argc, argv, &i), o->arms, &o->num_arms) != 0;
       o->given |= MM_BENCH_OPT_ARMS;
+    } else if (!strcmp(a, "--group")) {
+      static const char* const names[] = {"64", "128"};
+      static const int values[] = {64, 128};
+      bad = mm_cli_choice("bench", a, mm_cli_value("bench", argc, argv, &i), names, values, 2, &o->group) != 0;
+      o->given |= MM_BENCH_OPT_GROUP;
     } else if (!strcmp(a, "--no-bound")) {
       o->no_bound = 1;
       bad = 0;

@@ -16,6 +16,7 @@ enum {
   COL_HIDDEN,
   COL_INTERMEDIATE,
   COL_TOP_K,
+  COL_GROUP,
   COL_US,
   COL_TFLOPS,
   COL_FLOOR_COMPUTE,
@@ -34,7 +35,7 @@ static const struct {
   int is_int;
 } kCols[NUM_COLS] = {
     {"ranks", 1},           {"tokens_per_rank", 1}, {"experts_per_rank", 1}, {"hidden", 1},
-    {"intermediate", 1},    {"top_k", 1},           {"us", 0},               {"tflops", 0},
+    {"intermediate", 1},    {"top_k", 1},           {"group", 1},            {"us", 0},               {"tflops", 0},
     {"floor_compute_us", 0}, {"floor_hbm_us", 0},   {"floor_nvlink_us", 0},  {"floor_us", 0},
     {"x_floor", 0},         {"nvl_gbs", 0},         {"symm_mib", 0},         {"workspace_mib", 0}};
 
@@ -52,6 +53,7 @@ static void row_values(const mm_bench_row* r, double v[NUM_COLS]) {
   const double floor = mm_bench_row_floor(r);
   v[COL_RANKS] = r->ranks, v[COL_TOKENS] = (double)r->tokens, v[COL_EXPERTS] = r->experts_per_rank;
   v[COL_HIDDEN] = (double)r->hidden, v[COL_INTERMEDIATE] = (double)r->intermediate, v[COL_TOP_K] = r->top_k;
+  v[COL_GROUP] = r->group;
   v[COL_US] = r->us, v[COL_TFLOPS] = r->tflops;
   v[COL_FLOOR_COMPUTE] = r->floor_compute_us, v[COL_FLOOR_HBM] = r->floor_hbm_us, v[COL_FLOOR_NVL] = r->floor_nvl_us;
   v[COL_FLOOR] = floor, v[COL_X_FLOOR] = r->us / floor;

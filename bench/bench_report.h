@@ -24,6 +24,7 @@ typedef struct mm_bench_row {
   int experts_per_rank;
   int64_t hidden, intermediate;
   int top_k;
+  int group; /* the L1 output's quantization group */
   double us;                                           /* median */
   double tflops;                                       /* per GPU, the busiest rank's routed slots */
   double nvl_gbs;                                      /* NVLink bytes in / µs (NAN: not known) */

@@ -37,6 +37,7 @@ static const char* const kUsageBench =
     "      --ranks R              ranks, 1..8 (all visible GPUs; no GPU: 4 simulated ranks)\n"
     "      --tokens T1,T2,...     tokens per rank, one point each, at most 16 (64,512,2048,8192; no GPU: 256)\n"
     "      --max-tokens T         T_max of the layers, >= every --tokens point (the largest point)\n"
+    "      --group 64|128         the L1 output's quantization group (128)\n"
     "      --arms A1,A2,...       of staged, split, fused, each once (all three)\n"
     "      --iters N              timed calls per round, 1..10000 (20)\n"
     "      --rounds N             rounds, arms bracketed A B, B A, ..., 1..100 (3)\n"
@@ -272,11 +273,12 @@ static void free_rank_data(ref_rank_data* rd, int R) {
   }
 }
 
-/* The CPU reference on a small problem: T tokens on each of R ranks. row
+/* The CPU reference on a small problem: T tokens on each of R ranks, quantization group G (0: the config's default). row
  * (may be NULL): the run as a benchmark row (arm "reference"; no floors:
  * they are the GPU's; the buffer sizes a GPU layer of this config takes). */
-static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int R, mm_bench_row* row) {
+static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int G, int R, mm_bench_row* row) {
   megamoe_config cfg = megamoe_config_make(H, I, E, K, T);
+  if (G) cfg.quant_group = G; /* 0: the config's default */
   megamoe_status st = megamoe_check_config(&cfg, R);
   if (st != MEGAMOE_OK) {
     fprintf(stderr, "ref: %s\n  %s\n", megamoe_status_string(st), megamoe_last_error());
@@ -344,7 +346,7 @@ static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int R, mm_benc
   if (row) {
     size_t symm = 0, ws = 0;
     megamoe_buffer_sizes(&cfg, R, &symm, &ws); /* the config passed megamoe_check_config above */
-    *row = (mm_bench_row){"reference", R, T, El, H, I, K, dt * 1e6, flops / dt * 1e-12, NAN, NAN, NAN, NAN,
+    *row = (mm_bench_row){"reference", R, T, El, H, I, K, cfg.quant_group, dt * 1e6, flops / dt * 1e-12, NAN, NAN, NAN, NAN,
                           symm / 1048576.0, ws / 1048576.0};
   }
   rc = MM_EXIT_OK;
@@ -383,7 +385,7 @@ static int cmd_ref(int argc, char** argv) {
     }
     if (bad) return MM_EXIT_USAGE;
   }
-  return run_ref(T, H, I, E, K, R, NULL);
+  return run_ref(T, H, I, E, K, 0, R, NULL);
 }
 
 /* ---- bench ----------------------------------------------------------------- */
@@ -405,9 +407,9 @@ static int bench_without_gpu(const mm_bench_layer_opts* o) {
   const int64_t default_points[1] = {256};
   const int64_t* points = (o->given & MM_BENCH_OPT_TOKENS) ? o->tokens : default_points;
   const int num_points = (o->given & MM_BENCH_OPT_TOKENS) ? o->num_points : 1;
-  printf("no GPU visible: running the CPU reference instead (H 512, I 512, %d experts, top-4, %d simulated ranks, "
-         "T per rank:",
-         4 * R, R);
+  printf("no GPU visible: running the CPU reference instead (H 512, I 512, %d experts, top-4, G %d, %d simulated "
+         "ranks, T per rank:",
+         4 * R, o->group, R);
   for (int p = 0; p < num_points; ++p) printf("%s%lld", p ? "," : " ", (long long)points[p]);
   printf(")\n");
   char ignored[128] = "";
@@ -420,7 +422,7 @@ static int bench_without_gpu(const mm_bench_layer_opts* o) {
   fflush(stdout);
   mm_bench_row rows[MM_BENCH_MAX_POINTS];
   for (int p = 0; p < num_points; ++p) {
-    const int rc = run_ref(points[p], 512, 512, 4 * R, 4, R, &rows[p]);
+    const int rc = run_ref(points[p], 512, 512, 4 * R, 4, o->group, R, &rows[p]);
     if (rc != MM_EXIT_OK) return rc;
   }
   if (mm_bench_report_write(rows, num_points, "megamoe bench (CPU reference)", o->csv_path, o->json_path) != 0)

@@ -175,7 +175,7 @@ def _capture(layer, inputs, y, dev, bound):
 
 def _c_cell(c_rows, row):
     """The C bench's row of the same cell and shape (None when it has none)."""
-    keys = ("arm", "ranks", "tokens_per_rank", "experts_per_rank", "hidden", "intermediate", "top_k")
+    keys = ("arm", "ranks", "tokens_per_rank", "experts_per_rank", "hidden", "intermediate", "top_k", "group")
     for c in c_rows or ():
         if all(c.get(k) == row[k] for k in keys):
             return c
@@ -185,14 +185,14 @@ def _c_cell(c_rows, row):
 def point_rows(worst_us, shape, T, flops, info, c_rows):
     """The rows of one tokens point, each with the C bench's row of its cell
     (or None): worst_us {arm: the slowest rank's µs}, shape (ranks, experts
-    per rank, H, I, top-k), flops (the busiest rank's), info {arm: layer.info()}.
+    per rank, H, I, top-k, quantization group), flops (the busiest rank's), info {arm: layer.info()}.
     The floors are the C row's when there is one."""
-    world, El, H, I, K = shape
+    world, El, H, I, K, G = shape
     out = []
     for arm, us in worst_us.items():
         mib = {k: info[arm][k + "_bytes"] / 2 ** 20 for k in ("symmetric", "workspace")}
         row = dict(arm=arm, ranks=world, tokens_per_rank=T, experts_per_rank=El, hidden=H, intermediate=I, top_k=K,
-                   us=us, tflops=flops / (us * 1e-6) / 1e12, nvl_gbs=None, symm_mib=mib["symmetric"],
+                   group=G, us=us, tflops=flops / (us * 1e-6) / 1e12, nvl_gbs=None, symm_mib=mib["symmetric"],
                    workspace_mib=mib["workspace"], **{f: None for f in benchfile.FLOOR_COLUMNS})
         c = _c_cell(c_rows, row)
         if c:
@@ -313,7 +313,7 @@ def _rank(rank, world, store, a):
         del graphs
         if rank != 0:
             continue
-        for row, c in point_rows(dict(zip(layers, worst.tolist())), (world, El, H, I, K), T, flops, info, a.c_rows):
+        for row, c in point_rows(dict(zip(layers, worst.tolist())), (world, El, H, I, K, cfg.quant_group), T, flops, info, a.c_rows):
             table.row(row, c)
             rows.append(row)
         benchfile.write_rows(rows, a.csv, a.json)

@@ -15,7 +15,7 @@ import math
 import os
 
 # The columns after "arm", in the order the C writer uses (bench/bench_report.c kCols).
-INT_COLUMNS = ("ranks", "tokens_per_rank", "experts_per_rank", "hidden", "intermediate", "top_k")
+INT_COLUMNS = ("ranks", "tokens_per_rank", "experts_per_rank", "hidden", "intermediate", "top_k", "group")
 FLOOR_COLUMNS = ("floor_compute_us", "floor_hbm_us", "floor_nvlink_us")
 COLUMNS = ("arm",) + INT_COLUMNS + ("us", "tflops") + FLOOR_COLUMNS + \
     ("floor_us", "x_floor", "nvl_gbs", "symm_mib", "workspace_mib")

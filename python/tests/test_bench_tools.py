@@ -59,7 +59,8 @@ def _synthetic_rows(experts=(32,)):
             floors = {"floor_compute_us": t * 0.02, "floor_hbm_us": 90.0, "floor_nvlink_us": t * 0.01}
             for arm, us in (("staged", 2.0 * max(floors.values())), ("split", 1.5 * max(floors.values()))):
                 rows.append(dict(arm=arm, ranks=8, tokens_per_rank=t, experts_per_rank=e, hidden=4096,
-                                 intermediate=2048, top_k=6, us=us, tflops=2.0 * t * 6 * 3 * 4096 * 2048 / us * 1e-6,
+                                 intermediate=2048, top_k=6, group=128, us=us,
+                                 tflops=2.0 * t * 6 * 3 * 4096 * 2048 / us * 1e-6,
                                  nvl_gbs=None, symm_mib=100.0, workspace_mib=50.0, **floors))
     return rows
 
@@ -191,6 +192,7 @@ def test_c_cells_match_by_arm_and_shape(tool_rows):
     row = dict(c_rows[1])
     assert bench._c_cell(c_rows, row) is c_rows[1]
     assert bench._c_cell(c_rows, dict(row, hidden=1024)) is None
+    assert bench._c_cell(c_rows, dict(row, group=64)) is None
     assert bench._c_cell(c_rows, dict(row, arm="split")) is None
     assert bench._c_cell(None, row) is None
 
@@ -204,7 +206,7 @@ def test_point_rows_take_the_c_floors_and_print(tmp_path, capsys):
     info = {"staged": {"symmetric_bytes": 3 << 20, "workspace_bytes": 5 << 20},
             "split": {"symmetric_bytes": 4 << 20, "workspace_bytes": 6 << 20}}
     flops = 2.0 * 600 * 3 * 4096 * 2048
-    shape = (8, 32, 4096, 2048, 6)
+    shape = (8, 32, 4096, 2048, 6, 128)
     got = bench.point_rows({"staged": 200.0, "split": 150.0}, shape, 512, flops, info, c_rows)
     assert [(r["arm"], r["us"], r["symm_mib"], r["workspace_mib"]) for r, _ in got] == \
         [("staged", 200.0, 3.0, 5.0), ("split", 150.0, 4.0, 6.0)]
@@ -212,7 +214,7 @@ def test_point_rows_take_the_c_floors_and_print(tmp_path, capsys):
         assert c is not None and (c["arm"], c["tokens_per_rank"]) == (r["arm"], 512)
         assert r["tflops"] == pytest.approx(flops / (r["us"] * 1e-6) / 1e12)
         assert [r[f] for f in benchfile.FLOOR_COLUMNS] == [c[f] for f in benchfile.FLOOR_COLUMNS]
-    alone = bench.point_rows({"split": 150.0}, (8, 48, 4096, 2048, 6), 512, flops, info, c_rows)
+    alone = bench.point_rows({"split": 150.0}, (8, 48, 4096, 2048, 6, 128), 512, flops, info, c_rows)
     assert alone[0][1] is None and benchfile.floor_of(alone[0][0]) is None  # no C cell of that shape: no floors
     table = bench.Table(with_c=True)
     for r, c in got + alone:

@@ -250,6 +250,18 @@ static mm_test_result test_bench_without_gpu_honours_options(void) {
   CHECK_USAGE_ERROR(r, "--pdl yes");
   RUN(r, "bench", "--pdl");
   CHECK_USAGE_ERROR(r, "--pdl needs a value");
+  /* --group: the reference runs it (the GPU bench's layers take it too);
+   * anything but 64 or 128 is a usage error naming it. */
+  RUN(r, "bench", "--tokens", "16", "--group", "64");
+  CHECK_MSG(r->status == MM_EXIT_OK, "exit %d; stderr: %s", r->status, r->err);
+  CHECK_HAS(r->out, "top-4, G 64,");
+  CHECK_LACKS(r->out, "ignored");
+  RUN(r, "bench", "--tokens", "16");
+  CHECK_HAS(r->out, "top-4, G 128,");
+  RUN(r, "bench", "--group", "96");
+  CHECK_USAGE_ERROR(r, "--group 96");
+  RUN(r, "bench", "--group");
+  CHECK_USAGE_ERROR(r, "--group needs a value");
   return MM_TEST_PASS;
 }
 
@@ -394,7 +406,7 @@ static mm_test_result in_temp_dir(mm_test_result (*body)(const char* dir)) {
 
 static const char* const kRowColumns[] = {
     "arm",          "ranks", "tokens_per_rank", "experts_per_rank", "hidden",          "intermediate",
-    "top_k",        "us",    "tflops",          "floor_compute_us", "floor_hbm_us",    "floor_nvlink_us",
+    "top_k",        "group", "us",    "tflops",          "floor_compute_us", "floor_hbm_us",    "floor_nvlink_us",
     "floor_us",     "x_floor", "nvl_gbs",       "symm_mib",         "workspace_mib",   "vs_reference"};
 
 /* Without a GPU, --csv and --json get the CPU reference's rows: one per
@@ -428,6 +440,7 @@ static mm_test_result bench_rows_body(const char* dir) {
     CHECK_EQ_INT(csv_num(&t, i, "hidden"), 512);
     CHECK_EQ_INT(csv_num(&t, i, "intermediate"), 512);
     CHECK_EQ_INT(csv_num(&t, i, "top_k"), 4);
+    CHECK_EQ_INT(csv_num(&t, i, "group"), 128);
     const double us = csv_num(&t, i, "us"), tflops = csv_num(&t, i, "tflops");
     CHECK_MSG(isfinite(us) && us > 0 && isfinite(tflops) && tflops > 0, "us %g, tflops %g", us, tflops);
     const double flops = 2.0 * 2 * (double)T * 4 * 3.0 * 512 * 512; /* 2 * R * T * K * 3 * H * I */
