@@ -57,17 +57,21 @@ static mm_test_result t_fused_pairs_per_regime(void) {
     int64_t hidden, intermediate;
     int g;
     mm_gemm_tile want[MM_REGIME_COUNT][2];
+    mm_gemm_tile want_wide_g64_l2; /* the large L2 in a build with -DMM_FUSED_L2_WIDE_G64=1 */
   } cases[] = {
       /* the wide pair: the large L2 on 128x256 where H allows, as the split arm */
       {4096, 2048, 128,
        {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
-        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256}}},
+        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256}},
+       MM_GEMM_TILE_128x256},
       {3968, 1408, 128,
        {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128},
-        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}}}, /* H not a multiple of 256 */
+        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}},
+       MM_GEMM_TILE_256x128}, /* H not a multiple of 256 */
       {4096, 2048, 64,
        {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
-        {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128}}}, /* no wide pair at G 64 */
+        {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128}},
+       MM_GEMM_TILE_128x256}, /* G 64: the wide pair only in its build */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     for (int ranks = 1; ranks <= 8; ranks *= 8) {
@@ -78,7 +82,9 @@ static mm_test_result t_fused_pairs_per_regime(void) {
         mm_gemm_tile l1 = MM_GEMM_TILE_AUTO, l2 = MM_GEMM_TILE_AUTO;
         mm_fused_smem_plan pl;
         CHECK_OK(mm_plan_fused_kernel(&c, ranks, r, &l1, &l2, &pl));
-        CHECK_MSG(l1 == cases[i].want[r][0] && l2 == cases[i].want[r][1], "H %lld G %d regime %d: %s + %s",
+        const int wide_g64 = cases[i].g == 64 && r == MM_REGIME_LARGE && mm_fused_has_wide_l2(64);
+        const mm_gemm_tile want2 = wide_g64 ? cases[i].want_wide_g64_l2 : cases[i].want[r][1];
+        CHECK_MSG(l1 == cases[i].want[r][0] && l2 == want2, "H %lld G %d regime %d: %s + %s",
                   (long long)cases[i].hidden, cases[i].g, r, mm_gemm_tile_name(l1), mm_gemm_tile_name(l2));
         CHECK_MSG(pl.stages >= 3, "H %lld G %d regime %d: %u stages", (long long)cases[i].hidden, cases[i].g, r,
                   pl.stages);
@@ -162,10 +168,20 @@ static mm_test_result t_fused_smem_plans(void) {
     }
   mm_fused_smem_plan pl;
   CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_64x256, MM_GEMM_TILE_256x128, 128, 8, &pl) != MEGAMOE_OK); /* not instantiated */
-  /* The wide pair (in pairs[] above) is instantiated at G = 128 only. */
+  /* The wide pair (in pairs[] above) is instantiated at G = 128; at G = 64
+   * only in a build with -DMM_FUSED_L2_WIDE_G64=1, whose layouts must fit
+   * too. */
   CHECK(mm_fused_has_wide_l2(128));
-  CHECK(!mm_fused_has_wide_l2(64));
   CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, 64, 8, &pl) != MEGAMOE_OK);
+  if (mm_fused_has_wide_l2(64))
+    for (int32_t e = 1; e <= MEGAMOE_MAX_LOCAL_EXPERTS; ++e) {
+      CHECK_OK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256, 64, e, &pl));
+      CHECK_MSG(pl.stages >= 2 && pl.stages == pl.stages_no_cache && pl.dynamic_bytes + pl.static_reserve <= pl.limit,
+                "G 64 wide pair, E_l %d: %u stages (%u without the cache), %u B", (int)e, pl.stages,
+                pl.stages_no_cache, pl.dynamic_bytes);
+    }
+  else
+    CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256, 64, 8, &pl) != MEGAMOE_OK);
   printf("    %lld (pair, E_l) layouts fit: %lld with the full task cache, %lld with a smaller one, none lost a stage\n",
          (long long)fits, (long long)full_cache, (long long)smaller_cache);
   return MM_TEST_PASS;

@@ -44,7 +44,7 @@ megamoe_status mm_fused_smem_plan_of(mm_gemm_tile l1, mm_gemm_tile l2, int32_t a
                                      mm_fused_smem_plan* plan);
 
 /* Whether the large pair with a 128x256 L2 tile is instantiated at G (G =
- * 128 only; fused_instances.cuh). */
+ * 128; G = 64 in a build with -DMM_FUSED_L2_WIDE_G64=1: fused_g64.cu). */
 int mm_fused_has_wide_l2(int32_t g);
 
 /* Once per pair of plans (when the weights are set): re-encodes their A maps
