@@ -31,7 +31,7 @@
 
 static const char* const kUsageBench =
     "  bench       the layer's arms side by side on all visible GPUs, one process per GPU;\n"
-    "              with no GPU visible, the CPU reference instead (it honours --tokens and --ranks\n"
+    "              with no GPU visible, the CPU reference instead (it honours --tokens, --ranks and --group\n"
     "              and names the options it ignores)\n"
     "      --model flash-rank|pro-rank|flash|pro  shape (flash-rank: H 4096, I 2048, 32 experts per rank, top-6)\n"
     "      --ranks R              ranks, 1..8 (all visible GPUs; no GPU: 4 simulated ranks)\n"
@@ -338,8 +338,8 @@ static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int G, int R, 
       sq += v * v;
     }
   const double flops = 2.0 * R * T * K * 3.0 * H * I;
-  printf("CPU reference: T %lld per rank, H %lld, I %lld, E %d, top-%d, %d ranks: %.3f s (%.2f GFLOP/s)\n",
-         (long long)T, (long long)H, (long long)I, E, K, R, dt, flops / dt * 1e-9);
+  printf("CPU reference: T %lld per rank, H %lld, I %lld, E %d, top-%d, G %d, %d ranks: %.3f s (%.2f GFLOP/s)\n",
+         (long long)T, (long long)H, (long long)I, E, K, cfg.quant_group, R, dt, flops / dt * 1e-9);
   printf("output: mean %.6f, rms %.6f over %lld values\n", sum / (R * T * H), sqrt(sq / (R * T * H)),
          (long long)(R * T * H));
   fflush(stdout);

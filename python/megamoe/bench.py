@@ -246,6 +246,7 @@ def _rank(rank, world, store, a):
     w2_sf = _uniform((El, H // 128, I // 128), 0.5 * s2, 1.5 * s2, gen, dev)
     x, x_sf = _fp8_normal((Tm, H), 100.0, gen, dev), _uniform((Tm, H // 128), 0.004, 0.006, gen, dev)
 
+    G = megamoe.Config(hidden=H, intermediate=I, num_experts=E, top_k=K, max_tokens_per_rank=Tm).quant_group
     layers = {}
     for arm in a.arms:
         cfg = megamoe.Config(hidden=H, intermediate=I, num_experts=E, top_k=K, max_tokens_per_rank=Tm, arm=arm)
@@ -313,7 +314,8 @@ def _rank(rank, world, store, a):
         del graphs
         if rank != 0:
             continue
-        for row, c in point_rows(dict(zip(layers, worst.tolist())), (world, El, H, I, K, cfg.quant_group), T, flops, info, a.c_rows):
+        shape = (world, El, H, I, K, G)
+        for row, c in point_rows(dict(zip(layers, worst.tolist())), shape, T, flops, info, a.c_rows):
             table.row(row, c)
             rows.append(row)
         benchfile.write_rows(rows, a.csv, a.json)
@@ -321,7 +323,7 @@ def _rank(rank, world, store, a):
         print("\nTFLOP/s per GPU = 2 * routed * 3 * H * I / t (the busiest rank's routed slots); "
               "x floor = us / max(the C bench's floors for the cell)")
         if a.c_rows is not None and not any(_c_cell(a.c_rows, r) for r in rows):
-            print(f"--c-csv: no cell of this shape there (H {H}, I {I}, {El} experts per rank, top-{K}, "
+            print(f"--c-csv: no cell of this shape there (H {H}, I {I}, {El} experts per rank, top-{K}, G {G}, "
                   f"{world} rank(s))")
     for layer in layers.values():
         layer.close()

@@ -20,6 +20,8 @@ FLOOR_COLUMNS = ("floor_compute_us", "floor_hbm_us", "floor_nvlink_us")
 COLUMNS = ("arm",) + INT_COLUMNS + ("us", "tflops") + FLOOR_COLUMNS + \
     ("floor_us", "x_floor", "nvl_gbs", "symm_mib", "workspace_mib")
 CELL = ("tokens_per_rank", "experts_per_rank")  # what makes a cell, within one run
+# Columns added after row files were first written, with the value those files meant.
+LATER_COLUMNS = {"group": 128}
 
 
 def _value(text):
@@ -48,9 +50,12 @@ def read_rows(path):
         raise ValueError(f"not a benchmark row file ({e})") from None
     if not isinstance(rows, list) or not rows:
         raise ValueError("not a benchmark row file (no rows)")
-    missing = [c for c in COLUMNS if c not in rows[0]]
+    missing = [c for c in COLUMNS if c not in rows[0] and c not in LATER_COLUMNS]
     if missing:
         raise ValueError(f"not a benchmark row file (no column {', '.join(missing)})")
+    for r in rows:
+        for c, v in LATER_COLUMNS.items():
+            r.setdefault(c, v)
     return rows
 
 

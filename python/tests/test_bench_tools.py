@@ -98,6 +98,15 @@ def test_the_python_writer_derives_floor_and_ratios(tmp_path):
             assert r["nvl_gbs"] is None
 
 
+def test_read_rows_of_files_without_the_later_columns():
+    """The row files written before the group column (docs/bench_*.csv) read
+    with the quantization group they ran at."""
+    docs = os.path.join(os.path.dirname(__file__), "..", "..", "docs")
+    rows = benchfile.read_rows(os.path.join(docs, "bench_2026-12-01.csv"))
+    assert rows and all(r["group"] == 128 for r in rows)
+    assert rows[0]["arm"] in ("staged", "split", "fused") and rows[0]["top_k"] == 6
+
+
 def test_read_rows_refuses_other_files(tmp_path):
     (tmp_path / "x.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="no column arm"):

@@ -254,10 +254,11 @@ static mm_test_result test_bench_without_gpu_honours_options(void) {
    * anything but 64 or 128 is a usage error naming it. */
   RUN(r, "bench", "--tokens", "16", "--group", "64");
   CHECK_MSG(r->status == MM_EXIT_OK, "exit %d; stderr: %s", r->status, r->err);
-  CHECK_HAS(r->out, "top-4, G 64,");
+  CHECK_HAS(r->out, "top-4, G 64,");                      /* the header */
+  CHECK_HAS(r->out, "CPU reference: T 16 per rank, H 512, I 512, E 16, top-4, G 64, 4 ranks"); /* the run's config */
   CHECK_LACKS(r->out, "ignored");
   RUN(r, "bench", "--tokens", "16");
-  CHECK_HAS(r->out, "top-4, G 128,");
+  CHECK_HAS(r->out, "CPU reference: T 16 per rank, H 512, I 512, E 16, top-4, G 128, 4 ranks");
   RUN(r, "bench", "--group", "96");
   CHECK_USAGE_ERROR(r, "--group 96");
   RUN(r, "bench", "--group");
@@ -278,7 +279,7 @@ static mm_test_result test_ref_option_without_value(void) {
   RUN(r, "ref", "--tokens", "8", "--ranks", "2", "--experts", "4", "--topk", "2", "--hidden", "256",
       "--intermediate", "256");
   CHECK_MSG(r->status == MM_EXIT_OK, "exit %d; stderr: %s", r->status, r->err);
-  CHECK_HAS(r->out, "CPU reference: T 8 per rank, H 256, I 256, E 4, top-2, 2 ranks");
+  CHECK_HAS(r->out, "CPU reference: T 8 per rank, H 256, I 256, E 4, top-2, G 128, 2 ranks");
   return MM_TEST_PASS;
 }
 

@@ -176,9 +176,11 @@ static mm_test_result t_fused_smem_plans(void) {
   if (mm_fused_has_wide_l2(64))
     for (int32_t e = 1; e <= MEGAMOE_MAX_LOCAL_EXPERTS; ++e) {
       CHECK_OK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256, 64, e, &pl));
-      CHECK_MSG(pl.stages >= 2 && pl.stages == pl.stages_no_cache && pl.dynamic_bytes + pl.static_reserve <= pl.limit,
-                "G 64 wide pair, E_l %d: %u stages (%u without the cache), %u B", (int)e, pl.stages,
-                pl.stages_no_cache, pl.dynamic_bytes);
+      const uint32_t n = pl.cache_entries;
+      CHECK_MSG(pl.stages >= 2 && pl.stages == pl.stages_no_cache && pl.dynamic_bytes + pl.static_reserve <= pl.limit &&
+                    n <= 256 && (n & (n - 1)) == 0,
+                "G 64 wide pair, E_l %d: %u stages (%u without the cache), %u B, %u cache entries", (int)e, pl.stages,
+                pl.stages_no_cache, pl.dynamic_bytes, n);
     }
   else
     CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256, 64, 8, &pl) != MEGAMOE_OK);
