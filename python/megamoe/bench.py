@@ -246,10 +246,11 @@ def _rank(rank, world, store, a):
     w2_sf = _uniform((El, H // 128, I // 128), 0.5 * s2, 1.5 * s2, gen, dev)
     x, x_sf = _fp8_normal((Tm, H), 100.0, gen, dev), _uniform((Tm, H // 128), 0.004, 0.006, gen, dev)
 
-    G = megamoe.Config(hidden=H, intermediate=I, num_experts=E, top_k=K, max_tokens_per_rank=Tm).quant_group
+    shape_args = dict(hidden=H, intermediate=I, num_experts=E, top_k=K, max_tokens_per_rank=Tm)
+    G = megamoe.Config(**shape_args).quant_group  # the config's default, every arm's
     layers = {}
     for arm in a.arms:
-        cfg = megamoe.Config(hidden=H, intermediate=I, num_experts=E, top_k=K, max_tokens_per_rank=Tm, arm=arm)
+        cfg = megamoe.Config(**shape_args, arm=arm)
         try:
             layer = megamoe.Layer(cfg, dist.group.WORLD)
         except megamoe.NotImplementedError:

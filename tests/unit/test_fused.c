@@ -328,7 +328,10 @@ static int sim_can_publish(const sim* m, int a) {
   return !sim_by_copy(m) || m->npend[a] == 0 || m->released[a] == m->handed[a];
 }
 
-static void sim_fail(sim* m, const char* fmt, long long a, long long b, long long c, long long d);
+static void sim_fail(sim* m, const char* fmt, long long a, long long b, long long c, long long d) {
+  m->res.ok = 0;
+  snprintf(m->res.why, sizeof m->res.why, fmt, a, b, c, d);
+}
 
 static void sim_publish(sim* m, int a) {
   if (sim_by_copy(m)) {
@@ -386,11 +389,6 @@ static int sim_ready(sim* m, int a) {
   if (r < 0) return -1;
   const int64_t pred = mm_fused_slot_predecessor(&m->s->order, r / MM_FUSED_BLOCK_ROWS);
   return !m->guard || pred < 0 || sim_complete(m, MM_FUSED_L2_DONE, pred);
-}
-
-static void sim_fail(sim* m, const char* fmt, long long a, long long b, long long c, long long d) {
-  m->res.ok = 0;
-  snprintf(m->res.why, sizeof m->res.why, fmt, a, b, c, d);
 }
 
 /* Runs agent a (ready) one step. */
