@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-machine session in one command: build there (its NCCL differs from
 # the CPU machines'), then the steps named on the command line, each logged
-# under $OUT (at most 8 files come back). Steps:
+# under $OUT (at most 8 files come back: with more, they are packed into
+# $OUT/logs.tgz at the end). Steps:
 #   test         make gpu-test (all GPU tests)
 #   test:FILTER  GPU tests whose name contains FILTER
 #   pygpu        the Python package's GPU tests (python/tests/gpu, torch + NCCL)
@@ -82,4 +83,12 @@ for step in "$@"; do
     *) echo "unknown step $step"; rc=1 ;;
   esac
 done
+# At most 8 files come back from the device machine (the rest are left out,
+# which cost the twenty-sixth session its first timeline logs): more than
+# that travel as one archive.
+n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
+if [ "$n" -gt 8 ]; then
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name logs.tgz -printf '%P\n' | tar czf logs.tgz --remove-files -T -)
+  echo "device_run: $n files in \$OUT, packed into \$OUT/logs.tgz"
+fi
 exit $rc

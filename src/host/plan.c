@@ -29,9 +29,9 @@ static mm_gemm_tile pick_tile(const megamoe_config* c, const mm_gemm_problem* p,
    * 254 us at 384 rows per expert, 262 against 263 at 512, 967 against 974 at
    * 2048; the split arm 1.5-3.9 % faster at 1536-8192 tokens (docs/PERF.md,
    * twenty-third session). The fused arm takes it where that pair is
-   * instantiated (G = 128; G = 64 only with -DMM_FUSED_L2_WIDE_G64=1, not
-   * yet run on a GPU): 2-8 % faster at 1024-8192 tokens on an H100,
-   * nothing at 64-512 (twenty-fifth session). */
+   * instantiated (G = 128 and 64): 2-8 % faster at 1024-8192 tokens on an
+   * H100 at G = 128, 1-3 % at G = 64, nothing at 64-512 (twenty-fifth and
+   * twenty-sixth sessions). */
   if (p->out_kind == MM_GEMM_OUT_BF16_SCATTER && r == MM_REGIME_LARGE && p->n % 256 == 0 &&
       (c->arm == MEGAMOE_ARM_SPLIT || (c->arm == MEGAMOE_ARM_FUSED && mm_fused_has_wide_l2(c->quant_group))))
     return MM_GEMM_TILE_128x256;

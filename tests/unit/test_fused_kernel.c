@@ -14,7 +14,7 @@
 /* The engine's tile by rows per expert (mm_gemm_pick_tile; docs/PERF.md,
  * "Large tiles"): the SwiGLU L1 GEMM at G 128 takes 64x256 up to 64 rows
  * per expert and 128x256 above; at G 64 64x256 up to 128 rows, then
- * 128x128; the bf16 GEMMs 64x256 (128x128 where n is not a multiple of 256)
+ * 128x128 (G 128's tiles in a build with -DMM_GEMM_SWIGLU_WIDE_G64=1); the bf16 GEMMs 64x256 (128x128 where n is not a multiple of 256)
  * up to 128 rows, then 256x128. */
 static mm_test_result t_pick_tile_rule(void) {
   mm_gemm_problem p;
@@ -35,7 +35,7 @@ static mm_test_result t_pick_tile_rule(void) {
     CHECK_MSG(mm_gemm_pick_tile(&p, rows[i]) == g128[i], "G 128, %lld rows: %s", (long long)rows[i],
               mm_gemm_tile_name(mm_gemm_pick_tile(&p, rows[i])));
     p.swiglu.group = 64;
-    CHECK_MSG(mm_gemm_pick_tile(&p, rows[i]) == g64[i], "G 64, %lld rows: %s", (long long)rows[i],
+    CHECK_MSG(mm_gemm_pick_tile(&p, rows[i]) == (mm_gemm_swiglu_wide_g64() ? g128[i] : g64[i]), "G 64, %lld rows: %s", (long long)rows[i],
               mm_gemm_tile_name(mm_gemm_pick_tile(&p, rows[i])));
     p.out_kind = MM_GEMM_OUT_BF16;
     p.n = 4096;
@@ -57,21 +57,20 @@ static mm_test_result t_fused_pairs_per_regime(void) {
     int64_t hidden, intermediate;
     int g;
     mm_gemm_tile want[MM_REGIME_COUNT][2];
-    mm_gemm_tile want_wide_g64_l2; /* the large L2 in a build with -DMM_FUSED_L2_WIDE_G64=1 */
   } cases[] = {
       /* the wide pair: the large L2 on 128x256 where H allows, as the split arm */
       {4096, 2048, 128,
        {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
-        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256}},
-       MM_GEMM_TILE_128x256},
+        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256}}},
       {3968, 1408, 128,
        {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128},
-        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}},
-       MM_GEMM_TILE_256x128}, /* H not a multiple of 256 */
+        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}}}, /* H not a multiple of 256 */
       {4096, 2048, 64,
        {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
-        {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128}},
-       MM_GEMM_TILE_128x256}, /* G 64: the wide pair only in its build */
+        {MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256}}}, /* G 64: the wide L2 too */
+      {3968, 1408, 64,
+       {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128},
+        {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128}}}, /* G 64, H not a multiple of 256 */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     for (int ranks = 1; ranks <= 8; ranks *= 8) {
@@ -82,9 +81,11 @@ static mm_test_result t_fused_pairs_per_regime(void) {
         mm_gemm_tile l1 = MM_GEMM_TILE_AUTO, l2 = MM_GEMM_TILE_AUTO;
         mm_fused_smem_plan pl;
         CHECK_OK(mm_plan_fused_kernel(&c, ranks, r, &l1, &l2, &pl));
-        const int wide_g64 = cases[i].g == 64 && r == MM_REGIME_LARGE && mm_fused_has_wide_l2(64);
-        const mm_gemm_tile want2 = wide_g64 ? cases[i].want_wide_g64_l2 : cases[i].want[r][1];
-        CHECK_MSG(l1 == cases[i].want[r][0] && l2 == want2, "H %lld G %d regime %d: %s + %s",
+        /* G 64's large L1 on G 128's tile in a build with -DMM_GEMM_SWIGLU_WIDE_G64=1 */
+        const mm_gemm_tile want1 = cases[i].g == 64 && r == MM_REGIME_LARGE && mm_gemm_swiglu_wide_g64()
+                                       ? MM_GEMM_TILE_128x256
+                                       : cases[i].want[r][0];
+        CHECK_MSG(l1 == want1 && l2 == cases[i].want[r][1], "H %lld G %d regime %d: %s + %s",
                   (long long)cases[i].hidden, cases[i].g, r, mm_gemm_tile_name(l1), mm_gemm_tile_name(l2));
         CHECK_MSG(pl.stages >= 3, "H %lld G %d regime %d: %u stages", (long long)cases[i].hidden, cases[i].g, r,
                   pl.stages);
@@ -120,9 +121,10 @@ static mm_test_result t_split_tiles_per_regime(void) {
                   (long long)cases[i].hidden, g, r, mm_gemm_tile_name(l2));
         /* L1 (N = 2I = 4096 here) keeps the engine's pick: fp32 out (staged),
          * SwiGLU out at G (split). */
+        const int g128_rule = g == 128 || mm_gemm_swiglu_wide_g64();
         const mm_gemm_tile want_l1 =
             c.arm == MEGAMOE_ARM_STAGED ? (r == MM_REGIME_LARGE ? MM_GEMM_TILE_256x128 : MM_GEMM_TILE_64x256)
-            : g == 128                  ? (r == MM_REGIME_DECODE ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x256)
+            : g128_rule                 ? (r == MM_REGIME_DECODE ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x256)
                                         : (r == MM_REGIME_LARGE ? MM_GEMM_TILE_128x128 : MM_GEMM_TILE_64x256);
         CHECK_MSG(l1 == want_l1, "%s H %lld G %d regime %d: L1 %s", megamoe_arm_name(c.arm), (long long)cases[i].hidden,
                   g, r, mm_gemm_tile_name(l1));
@@ -146,8 +148,9 @@ static mm_test_result t_fused_smem_plans(void) {
     int32_t g;
   } pairs[] = {{MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, 128}, {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128, 128},
                {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, 128},
-               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128, 128},  {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128, 64},
-               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, 64},    {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128, 64}};
+               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128, 128},  {MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256, 64},
+               {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128, 64},  {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, 64},
+               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128, 64}};
   int64_t fits = 0, full_cache = 0, smaller_cache = 0;
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i)
     for (int32_t e = 1; e <= MEGAMOE_MAX_LOCAL_EXPERTS; ++e) {
@@ -168,22 +171,25 @@ static mm_test_result t_fused_smem_plans(void) {
     }
   mm_fused_smem_plan pl;
   CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_64x256, MM_GEMM_TILE_256x128, 128, 8, &pl) != MEGAMOE_OK); /* not instantiated */
-  /* The wide pair (in pairs[] above) is instantiated at G = 128; at G = 64
-   * only in a build with -DMM_FUSED_L2_WIDE_G64=1, whose layouts must fit
-   * too. */
-  CHECK(mm_fused_has_wide_l2(128));
-  CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, 64, 8, &pl) != MEGAMOE_OK);
-  if (mm_fused_has_wide_l2(64))
+  /* The wide pairs (in pairs[] above) at both G. The 128x256 L1 tile at G =
+   * 64 only in a build with -DMM_GEMM_SWIGLU_WIDE_G64=1, whose two large
+   * pairs must fit every E_l too. */
+  CHECK(mm_fused_has_wide_l2(128) && mm_fused_has_wide_l2(64));
+  for (int l2_wide = 0; l2_wide <= 1; ++l2_wide) {
+    const mm_gemm_tile l2 = l2_wide ? MM_GEMM_TILE_128x256 : MM_GEMM_TILE_256x128;
+    if (!mm_gemm_swiglu_wide_g64()) {
+      CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x256, l2, 64, 8, &pl) != MEGAMOE_OK);
+      continue;
+    }
     for (int32_t e = 1; e <= MEGAMOE_MAX_LOCAL_EXPERTS; ++e) {
-      CHECK_OK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256, 64, e, &pl));
+      CHECK_OK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x256, l2, 64, e, &pl));
       const uint32_t n = pl.cache_entries;
       CHECK_MSG(pl.stages >= 2 && pl.stages == pl.stages_no_cache && pl.dynamic_bytes + pl.static_reserve <= pl.limit &&
                     n <= 256 && (n & (n - 1)) == 0,
-                "G 64 wide pair, E_l %d: %u stages (%u without the cache), %u B, %u cache entries", (int)e, pl.stages,
-                pl.stages_no_cache, pl.dynamic_bytes, n);
+                "G 64, 128x256 + %s, E_l %d: %u stages (%u without the cache), %u B, %u cache entries",
+                mm_gemm_tile_name(l2), (int)e, pl.stages, pl.stages_no_cache, pl.dynamic_bytes, n);
     }
-  else
-    CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256, 64, 8, &pl) != MEGAMOE_OK);
+  }
   printf("    %lld (pair, E_l) layouts fit: %lld with the full task cache, %lld with a smaller one, none lost a stage\n",
          (long long)fits, (long long)full_cache, (long long)smaller_cache);
   return MM_TEST_PASS;

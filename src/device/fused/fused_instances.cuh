@@ -5,8 +5,9 @@
  *            1024-8192 tokens on an H100, docs/PERF.md, twenty-fifth session)
  *            or 256x128 (large, other H); L1 64x256 with L2 64x256 or 128x128
  *            (decode, and the fused arm's mid regime)
- *   G = 64   L1 128x128 with L2 256x128 (large); L1 64x256 with L2 64x256
- *            or 128x128 (decode)
+ *   G = 64   L1 128x128 with L2 128x256 (large, H a multiple of 256; 1-3 %
+ *            faster than 256x128, twenty-sixth session) or 256x128 (large,
+ *            other H); L1 64x256 with L2 64x256 or 128x128 (decode)
  * The L2 tile's A scales are per G columns (kPromo 1 or 2). Each G's
  * lookup lives in its own file, G = 128's large pair in a third, so they
  * compile in parallel. */

@@ -286,10 +286,13 @@ extern "C" megamoe_status mm_gemm_tile_check(mm_gemm_tile tile, int32_t out_kind
  * 128x256). The SwiGLU epilogue needs a warpgroup-held group of 128
  * a-columns (64x256, which measured ahead of 128x256 in bf16) or takes the
  * one-wave 128x128 for G = 64. */
+extern "C" int mm_gemm_swiglu_wide_g64(void) { return MM_GEMM_SWIGLU_WIDE_G64; }
+
 extern "C" mm_gemm_tile mm_gemm_pick_tile(const mm_gemm_problem* p, int64_t rows_per_expert) {
   if (rows_per_expert <= 0) rows_per_expert = p->num_experts > 0 ? (int64_t)p->rows_cap / p->num_experts : 0;
   if (p->out_kind == MM_GEMM_OUT_SWIGLU_FP8) {
-    if (p->swiglu.group != 128) return rows_per_expert <= 128 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
+    if (p->swiglu.group != 128 && !MM_GEMM_SWIGLU_WIDE_G64)
+      return rows_per_expert <= 128 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
     /* Above 64 rows per expert, 128-row m-blocks. 65-128 rows: one m-block
      * reads the expert's weights once (two 64-row blocks read them twice:
      * the split arm's L1 GEMM at 512 tokens per rank streamed ~1 GB for

@@ -1,6 +1,7 @@
 /* Kernel 1 of the split arm (split.h): its instantiations and launch. The L1
  * GEMM's tiles: 64x256 (SwiGLU G = 128, at most 64 rows per expert),
- * 128x256 (G = 128, more rows), 128x128 (G = 64). The 256-wide ones store
+ * 128x256 (G = 128, more rows; G = 64 too with -DMM_GEMM_SWIGLU_WIDE_G64=1),
+ * 128x128 (G = 64). The 256-wide ones store
  * full tiles' fp8 codes through the SwiGLU staging area and one TMA store
  * (the plan's fourth map). */
 #include "split/split_kernels.cuh"
