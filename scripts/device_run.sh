@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-machine session in one command: build there (its NCCL differs from
 # the CPU machines'), then the steps named on the command line, each logged
-# under $OUT (at most 8 files come back: with more, they are packed into
-# $OUT/logs.tgz at the end). Steps:
+# under $OUT (at most 8 files come back: with more, everything under $OUT is
+# packed into $OUT/logs.tgz at the end). Steps:
 #   test         make gpu-test (all GPU tests)
 #   test:FILTER  GPU tests whose name contains FILTER
 #   pygpu        the Python package's GPU tests (python/tests/gpu, torch + NCCL)
@@ -83,12 +83,19 @@ for step in "$@"; do
     *) echo "unknown step $step"; rc=1 ;;
   esac
 done
-# At most 8 files come back from the device machine (the rest are left out,
-# which cost the twenty-sixth session its first timeline logs): more than
-# that travel as one archive.
-n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
+# At most 8 files come back from the device machine, counted down into its
+# folders (the rest are left out, which cost the twenty-sixth session its
+# first timeline logs): more than that travel as one archive of everything
+# under $OUT, folders included. Only when this script gets here: a call
+# killed at its time limit keeps its files as they are.
+n=$(find "$OUT" -type f | wc -l)
 if [ "$n" -gt 8 ]; then
-  (cd "$OUT" && find . -maxdepth 1 -type f ! -name logs.tgz -printf '%P\n' | tar czf logs.tgz --remove-files -T -)
-  echo "device_run: $n files in \$OUT, packed into \$OUT/logs.tgz"
+  if (cd "$OUT" && find . -mindepth 1 -maxdepth 1 ! -name logs.tgz -print0 |
+      tar czf logs.tgz --null --verbatim-files-from --remove-files -T -); then
+    echo "device_run: $n files under \$OUT, packed into \$OUT/logs.tgz"
+  else
+    echo "device_run: packing $n files into \$OUT/logs.tgz failed"
+    rc=1
+  fi
 fi
 exit $rc

@@ -772,8 +772,9 @@ static mm_test_result t_ring_static(void) {
 }
 
 /* The flash shape itself, the 8192-token lag order over skewed routings,
- * with the large regime's tiles at G 128 (128x256 L1, 128x256 L2) and at
- * G 64 (128x128 L1, 256x128 L2) and, as extra coverage of the stream's
+ * with the large regime's tiles at G 128 (128x256 L1, 128x256 L2), with
+ * 128x128 L1 and 256x128 L2 (G 64 where H is not a multiple of 256; its
+ * 128x256 L2 has G 128's geometry) and, as extra coverage of the stream's
  * geometry, with the decode pair's (64x256 L1 and L2). */
 static mm_test_result t_ring_static_flash(void) {
   mm_rng g = unit_rng(0xf1a5);

@@ -123,6 +123,7 @@ struct mm_gemm_cfg {
  * scheduled GEMM (gemm_dynamic.cuh): MM_GEMM_TILE_RING ids at 32, their
  * full barriers at 64, their empty barriers at 96. */
 #define MM_GEMM_TILE_RING 4
+#define MM_GEMM_CTRL_BYTES 128u
 
 /* The SwiGLU L1 GEMM's tiles at G = 64 follow G = 128's rule (128x256 above
  * 64 rows per expert) instead of 128x128 above 128: the epilogue quantizes a
@@ -133,7 +134,6 @@ struct mm_gemm_cfg {
 #ifndef MM_GEMM_SWIGLU_WIDE_G64
 #define MM_GEMM_SWIGLU_WIDE_G64 0
 #endif
-#define MM_GEMM_CTRL_BYTES 128u
 
 static inline __host__ __device__ uint32_t mm_align_up_u32(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 
