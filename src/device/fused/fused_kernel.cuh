@@ -355,6 +355,16 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
 }
 
 /* ---- Math warpgroups (warps 0-7) ------------------------------------------ */
+/* The L1 epilogue's wait for the copy warps (the staging area both use:
+ * the last L2 tile read out) made inside the epilogue, after the tile's
+ * SwiGLU math and amax, instead of before it (mm_gemm_staging_wait). The
+ * fused L1 epilogues took 231 us per CTA at 8192 tokens against split's 164
+ * (one H100, docs/PERF.md, twenty-sixth session). Off by default until
+ * measured. */
+#ifndef MM_FUSED_L1_LATE_STAGING_WAIT
+#define MM_FUSED_L1_LATE_STAGING_WAIT 0
+#endif
+
 /* L1_DONE of an L1 tile is published late: after the NEXT tile's mainloop,
  * when the tile's fp8 stores have long completed, so neither the proxy
  * fence nor the release stalls the tensor cores. Before an L2 tile's
@@ -463,14 +473,21 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       lap(MM_TL_MATH_L1);
       mm_fused_publish_l1(L, l1_done, pend);
       lap(MM_TL_MATH_L1_PUB);
+      /* A give-up (the abort word is set) must not overwrite what the copy
+       * warps may still be reading: all math threads leave. */
+#if MM_FUSED_L1_LATE_STAGING_WAIT
+      /* The wait inside the epilogue, after its SwiGLU math. */
+      const mm_gemm_staging_wait copy_read = {sm2.copy_empty, (uint32_t)(l2_tiles - 1) & 1u};
+      if (!mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_out1, l2_tiles > 0 ? &copy_read : nullptr))
+        return;
+#else
       if (mm_gemm_swiglu_staged<T1>(p1, ti, tm_out1) && l2_tiles > 0) {
-        /* A give-up (the abort word is set) must not overwrite what the
-         * copy warps may still be reading: all math threads leave. */
         const bool read_out =
             threadIdx.x != 0 || mm_gemm_wait(sm2, sm2.copy_empty, (uint32_t)(l2_tiles - 1) & 1u, p2);
         if (!mm_gemm_math_vote_ok(sm1, read_out)) return;
       }
       mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_out1);
+#endif
       pend = mm_fused_l1_pending{task.block0, task.rows};
       lap(MM_TL_MATH_L1_EPI);
     } else {
