@@ -476,7 +476,9 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       /* A give-up (the abort word is set) must not overwrite what the copy
        * warps may still be reading: all math threads leave. */
 #if MM_FUSED_L1_LATE_STAGING_WAIT
-      /* The wait inside the epilogue, after its SwiGLU math. */
+      /* The wait inside the epilogue, after its SwiGLU math, through the L1
+       * view and problem: the views share the abort word and the copy
+       * barriers, the problems the status and deadline. */
       const mm_gemm_staging_wait copy_read = {sm2.copy_empty, (uint32_t)(l2_tiles - 1) & 1u};
       if (!mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_out1, l2_tiles > 0 ? &copy_read : nullptr))
         return;

@@ -335,9 +335,10 @@ struct mm_gemm_staging_wait {
  * through shared memory. The row's amax is spread over the 4 threads of a
  * quad (lanes 4q .. 4q + 3). max is exact, so every split gives bitwise the
  * same scales and codes. other: a staged tile's other reader to wait for
- * (mm_gemm_staging_wait; nullptr: none). False only when that wait gave up
- * (the abort word is set; nothing was written): every math thread returns
- * false, the caller's math threads leave. */
+ * (mm_gemm_staging_wait; nullptr: none). False only on that path, when the
+ * wait gave up or another role had set the abort word (nothing was
+ * written): every math thread returns false, the caller's math threads
+ * leave. */
 template <class Cfg, bool kLateWeights = true>
 MM_DEVICE bool mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_problem& p, const mm_gemm_tile_info& ti,
                                        int wg, float (&acc)[Cfg::kWaves][64], const CUtensorMap* tm_out = nullptr,
