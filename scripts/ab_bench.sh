@@ -12,8 +12,9 @@
 # under a header naming the build. --env-a / --env-b export a variable for
 # that build's runs only (repeatable), so one build can be compared with
 # itself under two settings: "" "" --env-a MEGAMOE_EARLY_COMBINE=0 ...
-# Logs: $OUT/ab_build_{a,b}.log, $OUT/ab_bench.log (OUT defaults to
-# /tmp/megamoe-out).
+# Logs: $OUT/ab_build_{a,b}.log, $OUT/ab_bench.log, and the medians per arm
+# and token count with each build's SM clock at the end (scripts/ab_summary.py,
+# also $OUT/ab_summary.txt; OUT defaults to /tmp/megamoe-out).
 # One token count per process: a `--tokens A,B,...` in BENCH_ARGS becomes one
 # bench process per count (in that order, per build and round), because what
 # a process ran before changes a later count's time: 2048 tokens after 1024
@@ -121,6 +122,8 @@ run() { # name defs env...: one bench process per entry of token_lists
   done
 }
 rc=0
+# Where this run's rows start in the log (a second A/B in the same OUT appends).
+log_start=$(stat -c %s "$OUT/ab_bench.log" 2> /dev/null || echo 0)
 for ((i = 0; i < rounds; ++i)); do
   # A B, then B A: neither build always runs first.
   if ((i % 2 == 0)); then order=(a b); else order=(b a); fi
@@ -129,4 +132,9 @@ for ((i = 0; i < rounds; ++i)); do
     else run b "$defs_b" ${env_b[@]+"${env_b[@]}"} || rc=1; fi
   done
 done
+# The medians per arm and token count, B against A, with each build's clock
+# (scripts/ab_summary.py; also in $OUT/ab_summary.txt).
+echo "== summary (A: ${defs_a:-default}; B: ${defs_b:-default})" | tee -a "$OUT/ab_summary.txt"
+tail -c +$((log_start + 1)) "$OUT/ab_bench.log" | python3 scripts/ab_summary.py /dev/stdin 2>&1 |
+  tee -a "$OUT/ab_summary.txt"
 exit $rc

@@ -297,3 +297,53 @@ def test_ncu_source_summary_rejects_a_file_without_kernels(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ncu_source_summary.py"), str(empty)],
                          capture_output=True, text=True)
     assert out.returncode == 1 and "no kernel" in out.stderr
+
+
+# ---- scripts/ab_summary.py (ab_bench.sh's closing table) --------------------
+
+def _ab_log(path, runs):
+    """An ab_bench.sh log: per run (build, tokens, {arm: (µs, SM MHz or None)}) its
+    header, the bench's rows and, where given, their clock lines."""
+    lines = []
+    for build, tokens, arms in runs:
+        lines.append(f"== build {build} ({'default' if build == 'a' else '-DX=1'}) tokens {tokens}")
+        lines.append("arm        T/rank         us  TFLOP/s")
+        for arm, (us, mhz) in arms.items():
+            lines.append(f"{arm:8} {tokens:8} {us:10.1f}    500.0       0.0")
+            if mhz is not None:
+                lines.append(f"  SM MHz {arm} T {tokens} (rank 0, the timed forwards, each its CTAs' median): "
+                             f"{mhz} median ({mhz - 5}-{mhz + 5}, 20 forwards)")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_ab_summary_medians_change_and_clocks(tmp_path):
+    log = tmp_path / "ab_bench.log"
+    _ab_log(log, [
+        ("a", 2048, {"split": (800.0, 1700), "fused": (900.0, 1750)}),
+        ("b", 2048, {"split": (780.0, 1702), "fused": (905.0, None)}),
+        ("b", 2048, {"split": (790.0, 1704), "fused": (915.0, None)}),
+        ("a", 2048, {"split": (810.0, 1710), "fused": (910.0, 1760)}),
+        ("a", 2048, {"split": (805.0, 1720), "fused": (920.0, 1770)}),
+        ("b", 2048, {"split": (785.0, 1706), "fused": (925.0, None)}),
+        ("a", 8192, {"fused": (3000.0, None)}),  # no B run: no line
+    ])
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ab_summary.py"), str(log)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3, out.stdout  # the header, split 2048, fused 2048
+    split, fused = lines[1].split(), lines[2].split()
+    # split: A 800 805 810 -> 805, B 780 785 790 -> 785, -2.5 %, clocks 1710 / 1704
+    assert split[:6] == ["split", "2048", "805.0", "785.0", "-2.5", "%"], lines[1]
+    assert "1710 / 1704" in lines[1] and "800.0 810.0 805.0 | 780.0 790.0 785.0" in lines[1]
+    # fused: A 910, B 915, +0.5 %, B without clock lines: no clock pair
+    assert fused[:6] == ["fused", "2048", "910.0", "915.0", "+0.5", "%"], lines[2]
+    assert " - " in lines[2]
+
+
+def test_ab_summary_rejects_a_log_without_both_builds(tmp_path):
+    log = tmp_path / "ab_bench.log"
+    _ab_log(log, [("a", 64, {"split": (330.0, 1800)})])
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ab_summary.py"), str(log)],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "no bench row of both builds" in out.stderr
