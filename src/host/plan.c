@@ -28,12 +28,12 @@ static mm_gemm_tile pick_tile(const megamoe_config* c, const mm_gemm_problem* p,
    * faster on full blocks. One H100, N 4096, K 2048, bench-gemm: 204 against
    * 254 us at 384 rows per expert, 262 against 263 at 512, 967 against 974 at
    * 2048; the split arm 1.5-3.9 % faster at 1536-8192 tokens (docs/PERF.md,
-   * twenty-third session). The fused arm takes it where that pair is
-   * instantiated (G = 128 and 64): 2-8 % faster at 1024-8192 tokens on an
-   * H100 at G = 128, 1-3 % at G = 64, nothing at 64-512 (twenty-fifth and
-   * twenty-sixth sessions). */
-  if (p->out_kind == MM_GEMM_OUT_BF16_SCATTER && r == MM_REGIME_LARGE && p->n % 256 == 0 &&
-      (c->arm == MEGAMOE_ARM_SPLIT || (c->arm == MEGAMOE_ARM_FUSED && mm_fused_has_wide_l2(c->quant_group))))
+   * twenty-third session). The fused arm takes it too, at both G (its pairs
+   * with it are instantiated: fused_instances.cuh): 2-8 % faster at
+   * 1024-8192 tokens on an H100 at G = 128, 1-3 % at G = 64, nothing at
+   * 64-512 (twenty-fifth and twenty-sixth sessions). The staged arm's L2 is
+   * a plain bf16 GEMM and keeps the engine's pick. */
+  if (p->out_kind == MM_GEMM_OUT_BF16_SCATTER && r == MM_REGIME_LARGE && p->n % 256 == 0)
     return MM_GEMM_TILE_128x256;
   return mm_gemm_pick_tile(p, regime_rows(c, r));
 }

@@ -48,13 +48,6 @@ extern "C" megamoe_status mm_fused_check(mm_gemm_tile l1, mm_gemm_tile l2, int32
   return MEGAMOE_OK;
 }
 
-extern "C" int mm_fused_has_wide_l2(int32_t g) {
-  /* The large regime's L1 tile: 128x256 at G = 128, 128x128 at G = 64 (or
-   * 128x256 with -DMM_GEMM_SWIGLU_WIDE_G64=1). */
-  return lookup(MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, g, 1).fn != nullptr ||
-         lookup(MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256, g, 1).fn != nullptr;
-}
-
 extern "C" megamoe_status mm_fused_smem_plan_of(mm_gemm_tile l1, mm_gemm_tile l2, int32_t a_sf_block2,
                                                 int32_t experts, mm_fused_smem_plan* plan) {
   MM_CHECK_NULL(plan, "plan");

@@ -43,10 +43,6 @@ typedef struct mm_fused_smem_plan {
 megamoe_status mm_fused_smem_plan_of(mm_gemm_tile l1, mm_gemm_tile l2, int32_t a_sf_block2, int32_t experts,
                                      mm_fused_smem_plan* plan);
 
-/* Whether the large pair with a 128x256 L2 tile is instantiated at G (both
- * G = 128 and G = 64 since the twenty-sixth session). */
-int mm_fused_has_wide_l2(int32_t g);
-
 /* Once per pair of plans (when the weights are set): re-encodes their A maps
  * for per-block loads (mm_gemm_plan_a_boxes) and lets the kernel use its
  * shared memory, so a forward only launches. */
