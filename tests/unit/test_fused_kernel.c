@@ -158,7 +158,7 @@ static mm_test_result t_fused_smem_plans(void) {
                {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128, 64}};
   const size_t n_pairs = sizeof pairs / sizeof pairs[0], n_wide_g64 = 2;
   const size_t n_built = mm_gemm_swiglu_wide_g64() ? n_pairs : n_pairs - n_wide_g64;
-  int64_t fits = 0, full_cache = 0, smaller_cache = 0;
+  int64_t fits = 0, full_cache = 0, smaller_cache = 0, with_slots = 0;
   mm_fused_smem_plan pl;
   for (size_t i = n_built; i < n_pairs; ++i)
     CHECK_MSG(mm_fused_smem_plan_of(pairs[i].l1, pairs[i].l2, pairs[i].g, 8, &pl) != MEGAMOE_OK,
@@ -172,7 +172,12 @@ static mm_test_result t_fused_smem_plans(void) {
                 mm_gemm_tile_name(pairs[i].l1), mm_gemm_tile_name(pairs[i].l2), (int)pairs[i].g, (int)e, pl.stages,
                 pl.stages_no_cache);
       CHECK_MSG(n <= 256 && (n & (n - 1)) == 0, "E_l %d: %u cache entries", (int)e, n);
+      /* The pull's slots (a -DMM_FUSED_BULK_PULL=1 build) cost no stage
+       * either: stages_no_cache counts neither. */
+      CHECK_MSG(pl.pull_slots == 0 || (pl.pull_slots >= 3 && pl.pull_slots <= 16 && pl.pull_slot_bytes == 1024),
+                "E_l %d: %u pull slots of %u B", (int)e, pl.pull_slots, pl.pull_slot_bytes);
       if (pl.stages == 0) continue;
+      if (pl.pull_slots) ++with_slots;
       CHECK_MSG(pl.dynamic_bytes + pl.static_reserve <= pl.limit, "%s + %s, G %d, E_l %d: %u + %u B above %u",
                 mm_gemm_tile_name(pairs[i].l1), mm_gemm_tile_name(pairs[i].l2), (int)pairs[i].g, (int)e,
                 pl.dynamic_bytes, pl.static_reserve, pl.limit);
@@ -181,8 +186,9 @@ static mm_test_result t_fused_smem_plans(void) {
       else ++smaller_cache;
     }
   CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_64x256, MM_GEMM_TILE_256x128, 128, 8, &pl) != MEGAMOE_OK); /* not instantiated */
-  printf("    %lld (pair, E_l) layouts fit: %lld with the full task cache, %lld with a smaller one, none lost a stage\n",
-         (long long)fits, (long long)full_cache, (long long)smaller_cache);
+  printf("    %lld (pair, E_l) layouts fit: %lld with the full task cache, %lld with a smaller one, %lld with pull "
+         "slots; none lost a stage\n",
+         (long long)fits, (long long)full_cache, (long long)smaller_cache, (long long)with_slots);
   return MM_TEST_PASS;
 }
 

@@ -9,7 +9,7 @@
 #include "fused/fused_instances.cuh"
 
 mm_fused_kernel_ref mm_fused_lookup_g64(mm_gemm_tile l1, mm_gemm_tile l2, int experts) {
-  mm_fused_kernel_ref none = {nullptr, {}, 0, 0};
+  mm_fused_kernel_ref none = {nullptr, {}, 0, 0, 0};
   if (l1 == MM_GEMM_TILE_128x128 && l2 == MM_GEMM_TILE_256x128)
     return mm_fused_kernel_get<mm_fused_l1_128x128, mm_fused_l2_256x128<2>>(experts);
   if (l1 == MM_GEMM_TILE_128x128 && l2 == MM_GEMM_TILE_128x256)

@@ -23,6 +23,7 @@ struct mm_fused_kernel_ref {
   mm_gemm_layout layout;
   uint32_t stages_no_cache; /* the layout's stages without the task cache */
   uint32_t cache_entries;   /* mm_fused_task_cache_entries */
+  uint32_t pull_slots;      /* mm_fused_pull_slots (0: the pull's warp copy) */
 };
 
 /* The engine's configs of the split arm's kernels (split_l1.cu, split_l2.cu):
@@ -46,7 +47,8 @@ mm_fused_kernel_ref mm_fused_kernel_get(int experts) {
   r.fn = reinterpret_cast<const void*>(&mm_fused_kernel<C1, C2>);
   /* Host arithmetic on every launch (the lookup): the cache size once. */
   r.cache_entries = mm_fused_task_cache_entries<C1, C2>(experts);
-  r.layout = mm_fused_layout_with<C1, C2>(experts, r.cache_entries);
+  r.pull_slots = mm_fused_pull_slots<C1, C2>(experts);
+  r.layout = mm_fused_layout_with<C1, C2>(experts, r.cache_entries, r.pull_slots);
   r.stages_no_cache = mm_fused_layout_with<C1, C2>(experts, 0).stages;
   return r;
 }
