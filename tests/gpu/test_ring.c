@@ -43,11 +43,14 @@ typedef struct ring_shape {
 /* Each lays out more blocks at T_max than its ring holds (the ring is
  * 8 (lag + 4) + 4 blocks for the lag of T_max; test_ring prints both).
  * Their H covers both large L2 tiles of each G: 128x256 where H is a
- * multiple of 256, 256x128 (two A boxes) at H 384 (G 128) and H 640 (G 64). */
+ * multiple of 256, 256x128 (two A boxes) at H 384 (G 128) and H 640 (G 64).
+ * H 1280 is a row of two pieces, a whole and a partial one, for the fused
+ * pull's bulk copies (-DMM_FUSED_BULK_PULL=1, 1 KB pieces); every other H
+ * here is one piece. */
 static const ring_shape kShapes[] = {
     {512, 256, 8, 4, 4096, 128, 2, 0.7},  {256, 384, 8, 4, 4096, 64, 3, 0.8},  {384, 256, 16, 6, 4096, 128, 4, 0.6},
     {256, 256, 4, 2, 8192, 128, 1, 0.9},  {640, 512, 8, 2, 8192, 64, 2, 0.75}, {256, 640, 12, 3, 6144, 128, 3, 0.7},
-    {768, 256, 8, 8, 2048, 128, 4, 0.5},  {256, 256, 32, 6, 4096, 64, 6, 0.8},
+    {768, 256, 8, 8, 2048, 128, 4, 0.5},  {1280, 256, 32, 6, 4096, 64, 6, 0.8},
 };
 #define RING_SHAPES ((int)(sizeof kShapes / sizeof kShapes[0]))
 
