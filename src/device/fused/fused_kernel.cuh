@@ -89,7 +89,9 @@ static_assert(MM_FUSED_COPY_WARPS >= 1 && MM_FUSED_PULL_WARPS >= 1, "the produce
  * them at 2048-8192 tokens, so the producers waited 20-74 us per CTA for
  * pulled rows (docs/PERF.md, twenty-sixth session). The slots keep
  * (slots - 1) pieces in flight with no registers. Rows of a peer keep the
- * warp copy (NVLink reads stay on the path the tests cover at EP2). */
+ * warp copy (NVLink reads stay on the path the tests cover at EP2), unless
+ * MM_FUSED_BULK_PULL = 2: every row by bulk copies (TMA reads a peer's
+ * mapped memory as it reads local memory; not yet run at EP2). */
 #ifndef MM_FUSED_BULK_PULL
 #define MM_FUSED_BULK_PULL 0
 #endif
@@ -682,14 +684,15 @@ MM_DEVICE void mm_fused_piece_next(mm_fused_piece_cursor& k, int H) {
 }
 
 /* The whole pull warp: rows r0 .. r0 + n - 1 of local expert le into ring
- * rows dst0 .. (the stores of mm_pull_rows_to), this rank's rows through the
- * slots: each row in pieces of MM_FUSED_PULL_PIECE bytes, piece q bulk-loaded
- * into slot (used + q) mod slots, then bulk-stored into the ring. Lane 0
- * keeps slots - 1 loads in flight: before it loads piece q + slots - 1 into
- * the slot piece q - 1 used, that piece's store has read it (every store is
- * its own bulk group, so at most the newest, piece q's, may still read).
+ * rows dst0 .. (the stores of mm_pull_rows_to), this rank's rows (every row
+ * at MM_FUSED_BULK_PULL = 2) through the slots: each row in pieces of
+ * MM_FUSED_PULL_PIECE bytes, piece q bulk-loaded into slot (used + q) mod
+ * slots, then bulk-stored into the ring. Lane 0 keeps slots - 1 loads in
+ * flight: before it loads piece q + slots - 1 into the slot piece q - 1
+ * used, that piece's store has read it (every store is its own bulk group,
+ * so at most the newest, piece q's, may still read).
  * The scales, row table and weights go as in the warp copy, under the first
- * loads; a peer's rows keep the warp copy. Ends with every store written
+ * loads; the other rows keep the warp copy. Ends with every store written
  * (the caller's publication releases them). used: the slots' uses so far
  * (each slot's mbarrier phase), advanced by this chunk's pieces. False when
  * a slot's wait gave up (the abort word is set), after the copies already
@@ -703,11 +706,15 @@ MM_DEVICE bool mm_fused_pull_rows_bulk(const mm_layer_view& L, const mm_fused_ct
   const uint32_t slots = c.pull_slots;
   mm_pull_src mine = {};
   if (lane < n) mine = mm_pull_source(L, r0 + lane, le);
-  const uint32_t local = __ballot_sync(0xffffffffu, lane < n && mine.row.src_rank == L.rank);
-  const int pieces = __popc(local) * ((H + MM_FUSED_PULL_PIECE - 1) / MM_FUSED_PULL_PIECE);
+  /* The rows through the slots: this rank's, or (MM_FUSED_BULK_PULL = 2)
+   * every row, a peer's read over NVLink by the same bulk loads. The rest
+   * keep the warp copy. */
+  const uint32_t bulk_rows =
+      __ballot_sync(0xffffffffu, lane < n && (MM_FUSED_BULK_PULL >= 2 || mine.row.src_rank == L.rank));
+  const int pieces = __popc(bulk_rows) * ((H + MM_FUSED_PULL_PIECE - 1) / MM_FUSED_PULL_PIECE);
   uint8_t* pool_x = mm_ws<uint8_t>(L, MM_WS_POOL_X);
   auto bytes_at = [&](int off) { return (uint32_t)min(MM_FUSED_PULL_PIECE, H - off); };
-  mm_fused_piece_cursor ld = mm_fused_piece_first(local), st = ld;
+  mm_fused_piece_cursor ld = mm_fused_piece_first(bulk_rows), st = ld;
   int loaded = 0; /* pieces whose loads are issued */
   auto load_next = [&]() { /* every lane (the source's shuffle), lane 0 issues */
     const uint8_t* x = reinterpret_cast<const uint8_t*>(
@@ -723,7 +730,7 @@ MM_DEVICE bool mm_fused_pull_rows_bulk(const mm_layer_view& L, const mm_fused_ct
   while (loaded < pieces && loaded < (int)slots - 1) load_next();
   for (int i = 0; i < n; ++i) {
     const mm_pull_src s = mm_pull_src_of_lane(mine, i);
-    if ((local >> i) & 1u) mm_pull_copy<false>(L, s, dst0 + i, ring_rows);
+    if ((bulk_rows >> i) & 1u) mm_pull_copy<false>(L, s, dst0 + i, ring_rows);
     else mm_pull_copy<true>(L, s, dst0 + i, ring_rows);
   }
   for (int q = 0; q < pieces; ++q) {
@@ -736,7 +743,9 @@ MM_DEVICE bool mm_fused_pull_rows_bulk(const mm_layer_view& L, const mm_fused_ct
                          bytes_at(st.off));
         mm_bulk_commit_group();
       } else {
-        /* Drain: the loads issued (local memory: they complete), the stores. */
+        /* Drain: the loads issued, the stores. (A load from a peer that died
+         * may not complete: mm_mbar_wait traps after its own bound, a risk of
+         * MM_FUSED_BULK_PULL = 2 only.) */
         for (int k = q; k < loaded; ++k) mm_mbar_wait(c.pull_bars + 8u * ((used + k) % slots), ((used + k) / slots) & 1u);
         mm_bulk_wait_group<0>();
       }
