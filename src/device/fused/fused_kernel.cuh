@@ -662,17 +662,18 @@ MM_DEVICE void mm_fused_pull_prologue(const mm_layer_view& L, const mm_fused_str
 }
 
 #if MM_FUSED_BULK_PULL
-/* A walk over the pieces of a chunk's local rows (warp-uniform): the row
- * (lane index), the piece's first byte, and the local rows after this one. */
+/* A walk over the pieces of a chunk's rows that go through the slots
+ * (warp-uniform): the row (its lane), the piece's first byte, and the rows
+ * after this one (a mask of lanes). */
 struct mm_fused_piece_cursor {
   int row, off;
   uint32_t rest;
 };
-MM_DEVICE mm_fused_piece_cursor mm_fused_piece_first(uint32_t local) {
+MM_DEVICE mm_fused_piece_cursor mm_fused_piece_first(uint32_t rows) {
   mm_fused_piece_cursor k;
-  k.row = __ffs((int)local) - 1;
+  k.row = __ffs((int)rows) - 1;
   k.off = 0;
-  k.rest = local & (local - 1);
+  k.rest = rows & (rows - 1);
   return k;
 }
 MM_DEVICE void mm_fused_piece_next(mm_fused_piece_cursor& k, int H) {
