@@ -2,7 +2,8 @@
 # A/B of two builds of the kernels in one GPU-machine call (docs/PERF.md's
 # method: a prediction first, then both builds alternating in one call).
 #
-#   scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] [--one-process] "DEFS_A" "DEFS_B" BENCH_ARGS...
+#   scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] [--also DEFS_C]... [--one-process] \
+#       "DEFS_A" "DEFS_B" BENCH_ARGS...
 #
 # DEFS_A / DEFS_B: nvcc macros of each build ("" for the default build),
 # e.g. "" "-DMM_EARLY_COMBINE=1". The builds go to build_ab_a and
@@ -12,6 +13,9 @@
 # under a header naming the build. --env-a / --env-b export a variable for
 # that build's runs only (repeatable), so one build can be compared with
 # itself under two settings: "" "" --env-a MEGAMOE_EARLY_COMBINE=0 ...
+# --also DEFS (repeatable, up to 4): more builds, c, d, ..., each compared
+# with A in its own closing table; one call then measures several options
+# against one baseline (a round runs A B C ..., the next ... C B A).
 # Logs: $OUT/ab_build_{a,b}.log, $OUT/ab_bench.log, and the medians per arm
 # and token count with each build's SM clock at the end (scripts/ab_summary.py,
 # also $OUT/ab_summary.txt; OUT defaults to /tmp/megamoe-out).
@@ -35,17 +39,19 @@ cd "$(dirname "$0")/.."
 rounds=2
 env_a=()
 env_b=()
+also=()
 one_process=0
 usage() {
-  echo "usage: scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] [--one-process] \"DEFS_A\" \"DEFS_B\" BENCH_ARGS..." >&2
+  echo "usage: scripts/ab_bench.sh [--rounds N] [--env-a V=X] [--env-b V=X] [--also DEFS_C]... [--one-process] \"DEFS_A\" \"DEFS_B\" BENCH_ARGS..." >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --rounds | --env-a | --env-b) [ $# -ge 2 ] || usage ;;&
+    --rounds | --env-a | --env-b | --also) [ $# -ge 2 ] || usage ;;&
     --rounds) rounds=$2; shift 2 ;;
     --env-a) env_a+=("$2"); shift 2 ;;
     --env-b) env_b+=("$2"); shift 2 ;;
+    --also) also+=("$2"); shift 2 ;;
     --one-process) one_process=1; shift ;;
     *) break ;;
   esac
@@ -55,6 +61,15 @@ done
 defs_a=$1
 defs_b=$2
 shift 2
+[ ${#also[@]} -le 4 ] || { echo "ab_bench: at most 4 --also builds" >&2; usage; }
+# The builds: a, b, then c, d, ... for each --also.
+names=(a b)
+defs_of=([0]="$defs_a" [1]="$defs_b")
+letters=(c d e f)
+for ((i = 0; i < ${#also[@]}; ++i)); do
+  names+=("${letters[$i]}")
+  defs_of+=("${also[$i]}")
+done
 # BENCH_ARGS without its --tokens, whose list goes to token_lists: one entry
 # per count, or the whole list as one entry (--one-process). Each per-count
 # process gets --max-tokens of the whole list (unless BENCH_ARGS has one), so
@@ -70,7 +85,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --tokens) [ $# -ge 2 ] || usage; tokens=$2; has_tokens=1; shift 2 ;;
     --max-tokens) has_max=1; bench_args+=("$1"); shift ;;
-    --one-process | --env-a | --env-b)
+    --one-process | --env-a | --env-b | --also)
       echo "ab_bench: $1 goes before DEFS_A" >&2; usage ;;
     *) bench_args+=("$1"); shift ;;
   esac
@@ -94,7 +109,7 @@ if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "ab_bench: no GPU visible (this compares kernel builds on a GPU machine)" >&2
   exit 77
 fi
-jobs=$(( $(nproc) / 2 ))
+jobs=$(( $(nproc) / ${#names[@]} ))
 [ "$jobs" -ge 1 ] || jobs=1
 
 build() { # name defs
@@ -103,11 +118,18 @@ build() { # name defs
   mkdir -p "$dir" && printf '%s' "$2" > "$dir/.nvcc_defs"
   make -j"$jobs" BUILD="$dir" NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc $2" "$dir/megamoe" > "$OUT/ab_build_$1.log" 2>&1
 }
-build a "$defs_a" & pa=$!
-build b "$defs_b" & pb=$!
+pids=()
+for ((i = 0; i < ${#names[@]}; ++i)); do
+  build "${names[$i]}" "${defs_of[$i]}" &
+  pids+=($!)
+done
 ok=1
-wait $pa || { echo "build A ($defs_a) failed: $OUT/ab_build_a.log"; ok=0; }
-wait $pb || { echo "build B ($defs_b) failed: $OUT/ab_build_b.log"; ok=0; }
+for ((i = 0; i < ${#names[@]}; ++i)); do
+  wait "${pids[$i]}" || {
+    echo "build ${names[$i]^^} (${defs_of[$i]}) failed: $OUT/ab_build_${names[$i]}.log"
+    ok=0
+  }
+done
 [ $ok = 1 ] || exit 1
 
 run() { # name defs env...: one bench process per entry of token_lists
@@ -125,16 +147,25 @@ rc=0
 # Where this run's rows start in the log (a second A/B in the same OUT appends).
 log_start=$(stat -c %s "$OUT/ab_bench.log" 2> /dev/null || echo 0)
 for ((i = 0; i < rounds; ++i)); do
-  # A B, then B A: neither build always runs first.
-  if ((i % 2 == 0)); then order=(a b); else order=(b a); fi
-  for w in "${order[@]}"; do
-    if [ "$w" = a ]; then run a "$defs_a" ${env_a[@]+"${env_a[@]}"} || rc=1
-    else run b "$defs_b" ${env_b[@]+"${env_b[@]}"} || rc=1; fi
+  # A B (C ...), then (... C) B A: no build always runs first or last.
+  order=()
+  for ((k = 0; k < ${#names[@]}; ++k)); do
+    if ((i % 2 == 0)); then order+=("$k"); else order=("$k" "${order[@]}"); fi
+  done
+  for k in "${order[@]}"; do
+    case "${names[$k]}" in
+      a) run a "$defs_a" ${env_a[@]+"${env_a[@]}"} || rc=1 ;;
+      b) run b "$defs_b" ${env_b[@]+"${env_b[@]}"} || rc=1 ;;
+      *) run "${names[$k]}" "${defs_of[$k]}" || rc=1 ;;
+    esac
   done
 done
-# The medians per arm and token count, B against A, with each build's clock
-# (scripts/ab_summary.py; also in $OUT/ab_summary.txt).
-echo "== summary (A: ${defs_a:-default}; B: ${defs_b:-default})" | tee -a "$OUT/ab_summary.txt"
-tail -c +$((log_start + 1)) "$OUT/ab_bench.log" | python3 scripts/ab_summary.py /dev/stdin 2>&1 |
-  tee -a "$OUT/ab_summary.txt"
+# The medians per arm and token count, each build against A, with each
+# build's clock (scripts/ab_summary.py; also in $OUT/ab_summary.txt).
+for ((k = 1; k < ${#names[@]}; ++k)); do
+  echo "== summary (A: ${defs_a:-default}; B = build ${names[$k]}: ${defs_of[$k]:-default})" |
+    tee -a "$OUT/ab_summary.txt"
+  tail -c +$((log_start + 1)) "$OUT/ab_bench.log" | python3 scripts/ab_summary.py /dev/stdin "${names[$k]}" 2>&1 |
+    tee -a "$OUT/ab_summary.txt"
+done
 exit $rc

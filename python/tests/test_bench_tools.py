@@ -347,3 +347,69 @@ def test_ab_summary_rejects_a_log_without_both_builds(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ab_summary.py"), str(log)],
                          capture_output=True, text=True)
     assert out.returncode == 1 and "no bench row of both builds" in out.stderr
+
+
+def test_ab_summary_names_the_build_compared(tmp_path):
+    log = tmp_path / "ab_bench.log"
+    _ab_log(log, [("a", 2048, {"fused": (1000.0, None)}), ("b", 2048, {"fused": (900.0, None)}),
+                  ("c", 2048, {"fused": (1100.0, None)})])
+    run = lambda *extra: subprocess.run([sys.executable, str(ROOT / "scripts" / "ab_summary.py"), str(log), *extra],
+                                        capture_output=True, text=True)
+    b, c = run(), run("c")
+    assert b.returncode == 0 and b.stdout.splitlines()[1].split()[:6] == ["fused", "2048", "1000.0", "900.0",
+                                                                          "-10.0", "%"], b.stdout
+    assert c.returncode == 0 and c.stdout.splitlines()[1].split()[:6] == ["fused", "2048", "1000.0", "1100.0",
+                                                                          "+10.0", "%"], c.stdout
+    assert run("a").returncode == 2 and run("d").returncode == 1
+
+
+# ---- scripts/ab_bench.sh's orchestration, with stand-in tools ---------------
+
+_FAKE_MAKE = r"""#!/usr/bin/env bash
+# make BUILD=dir NVCC="nvcc DEFS" target: writes dir/megamoe, a bench that prints
+# one fused row per --tokens count, 1000 us by default, 900 with -DB=1, 1100 with -DC=1.
+for a in "$@"; do
+  case "$a" in BUILD=*) dir=${a#BUILD=} ;; NVCC=*) nvcc=${a#NVCC=} ;; esac
+done
+us=1000.0
+case "$nvcc" in *-DB=1*) us=900.0 ;; *-DC=1*) us=1100.0 ;; esac
+mkdir -p "$dir"
+cat > "$dir/megamoe" <<EOS
+#!/usr/bin/env bash
+while [ \$# -gt 0 ]; do [ "\$1" = --tokens ] && t=\$2; shift; done
+echo "fused    \$t    $us    500.0       0.0"
+EOS
+chmod +x "$dir/megamoe"
+"""
+
+
+def test_ab_bench_runs_every_build_alternating_and_sums_each_against_a(tmp_path):
+    """Three builds (--also): every build, both rounds, in A B C then C B A order, one
+    process per token count, and one closing table per build against A."""
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    for name in ("ab_bench.sh", "ab_summary.py"):
+        (tree / "scripts" / name).write_text((ROOT / "scripts" / name).read_text())
+        (tree / "scripts" / name).chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "make").write_text(_FAKE_MAKE)
+    (bin_dir / "nvidia-smi").write_text("#!/usr/bin/env bash\nexit 0\n")
+    for tool in ("make", "nvidia-smi"):
+        (bin_dir / tool).chmod(0o755)
+    out_dir = tmp_path / "out"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", OUT=str(out_dir))
+    res = subprocess.run(["bash", str(tree / "scripts" / "ab_bench.sh"), "--rounds", "2", "--also", "-DC=1", "",
+                          "-DB=1", "--arms", "fused", "--tokens", "64,2048"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    heads = [line.split()[2] + line.split()[-1] for line in (out_dir / "ab_bench.log").read_text().splitlines()
+             if line.startswith("== build")]
+    assert heads == ["a64", "a2048", "b64", "b2048", "c64", "c2048",
+                     "c64", "c2048", "b64", "b2048", "a64", "a2048"], heads
+    summary = (out_dir / "ab_summary.txt").read_text()
+    assert summary.count("== summary") == 2, summary
+    rows = [line.split()[:6] for line in summary.splitlines() if line.startswith("fused")]
+    assert rows == [["fused", "64", "1000.0", "900.0", "-10.0", "%"], ["fused", "2048", "1000.0", "900.0", "-10.0", "%"],
+                    ["fused", "64", "1000.0", "1100.0", "+10.0", "%"],
+                    ["fused", "2048", "1000.0", "1100.0", "+10.0", "%"]], summary
