@@ -47,7 +47,7 @@ mm_fused_kernel_ref mm_fused_kernel_get(int experts) {
   r.fn = reinterpret_cast<const void*>(&mm_fused_kernel<C1, C2>);
   /* Host arithmetic on every launch (the lookup): the cache size once. */
   r.cache_entries = mm_fused_task_cache_entries<C1, C2>(experts);
-  r.pull_slots = mm_fused_pull_slots<C1, C2>(experts);
+  r.pull_slots = mm_fused_pull_slots<C1, C2>(experts, r.cache_entries);
   r.layout = mm_fused_layout_with<C1, C2>(experts, r.cache_entries, r.pull_slots);
   r.stages_no_cache = mm_fused_layout_with<C1, C2>(experts, 0).stages;
   return r;

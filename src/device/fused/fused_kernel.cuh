@@ -216,22 +216,16 @@ static inline __host__ __device__ uint32_t mm_fused_task_cache_entries(int exper
 
 /* The pull's slots (MM_FUSED_BULK_PULL): the most of MM_FUSED_PULL_SLOTS_MAX
  * .. MM_FUSED_PULL_SLOTS_MIN that costs no pipeline stage beside the task
- * cache, else 0 (the warp copy). Host and kernel compute it alike. */
+ * cache of `cache` entries (mm_fused_task_cache_entries), else 0 (the warp
+ * copy). Host and kernel compute it alike. */
 template <class C1, class C2>
-static inline __host__ __device__ uint32_t mm_fused_pull_slots(int experts) {
+static inline __host__ __device__ uint32_t mm_fused_pull_slots(int experts, uint32_t cache) {
   if (!MM_FUSED_BULK_PULL) return 0;
-  const uint32_t cache = mm_fused_task_cache_entries<C1, C2>(experts);
   const uint32_t stages = mm_fused_layout_with<C1, C2>(experts, cache).stages;
   if (stages == 0) return 0; /* no layout: none to add to */
   for (uint32_t n = MM_FUSED_PULL_SLOTS_MAX; n >= MM_FUSED_PULL_SLOTS_MIN; --n)
     if (mm_fused_layout_with<C1, C2>(experts, cache, n).stages >= stages) return n;
   return 0;
-}
-
-template <class C1, class C2>
-static inline __host__ __device__ mm_gemm_layout mm_fused_layout(int experts) {
-  return mm_fused_layout_with<C1, C2>(experts, mm_fused_task_cache_entries<C1, C2>(experts),
-                                      mm_fused_pull_slots<C1, C2>(experts));
 }
 
 /* What the producer warpgroup's roles share, in static shared memory
@@ -902,9 +896,9 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       mm_gemm_init_barriers(sm, MM_FUSED_COPY_THREADS, MM_FUSED_TASK_READERS);
 #if MM_FUSED_BULK_PULL
       /* The pull's slots after the task cache (mm_fused_layout_with). */
-      const uint32_t slots = mm_fused_pull_slots<C1, C2>(L.local_experts);
-      const uint32_t bars = mm_smem_addr(sm.sched) +
-                            mm_fused_pull_bars_offset<C2>(L.local_experts, mm_fused_task_cache_entries<C1, C2>(L.local_experts));
+      const uint32_t cache = mm_fused_task_cache_entries<C1, C2>(L.local_experts);
+      const uint32_t slots = mm_fused_pull_slots<C1, C2>(L.local_experts, cache);
+      const uint32_t bars = mm_smem_addr(sm.sched) + mm_fused_pull_bars_offset<C2>(L.local_experts, cache);
       for (uint32_t i = 0; i < slots; ++i) mm_mbar_init(bars + 8u * i, 1);
       mm_fence_mbar_init();
       ctl.pull_slots = slots;
