@@ -175,7 +175,7 @@ def _capture(layer, inputs, y, dev, bound):
 
 def _c_cell(c_rows, row):
     """The C bench's row of the same cell and shape (None when it has none)."""
-    keys = ("arm", "ranks", "tokens_per_rank", "experts_per_rank", "hidden", "intermediate", "top_k", "group")
+    keys = ("arm",) + benchfile.INT_COLUMNS  # the shape and cell: every integer column
     for c in c_rows or ():
         if all(c.get(k) == row[k] for k in keys):
             return c
