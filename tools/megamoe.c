@@ -233,12 +233,10 @@ static int cmd_info(int argc, char** argv) {
         printf("fused kernel, %s regime: %s\n", regimes[r], megamoe_last_error());
         continue;
       }
-      char slots[48] = "";
-      if (sp.pull_slots) snprintf(slots, sizeof slots, ", %u pull slots of %u B", sp.pull_slots, sp.pull_slot_bytes);
-      printf("fused kernel, %s regime: L1 %s + L2 %s, %u pipeline stages, %u tasks decoded ahead per CTA%s, "
+      printf("fused kernel, %s regime: L1 %s + L2 %s, %u pipeline stages, %u tasks decoded ahead per CTA, "
              "%u B of dynamic shared memory (+ %u B kept for static, limit %u)\n",
-             regimes[r], mm_gemm_tile_name(t1), mm_gemm_tile_name(t2), sp.stages, sp.cache_entries, slots,
-             sp.dynamic_bytes, sp.static_reserve, sp.limit);
+             regimes[r], mm_gemm_tile_name(t1), mm_gemm_tile_name(t2), sp.stages, sp.cache_entries, sp.dynamic_bytes,
+             sp.static_reserve, sp.limit);
     }
   }
   printf("\n");

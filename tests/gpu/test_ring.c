@@ -44,9 +44,8 @@ typedef struct ring_shape {
  * 8 (lag + 4) + 4 blocks for the lag of T_max; test_ring prints both).
  * Their H covers both large L2 tiles of each G: 128x256 where H is a
  * multiple of 256, 256x128 (two A boxes) at H 384 (G 128) and H 640 (G 64).
- * H 1280 is a row of two pieces, a whole and a partial one, for the fused
- * pull's bulk copies (-DMM_FUSED_BULK_PULL=1, 1 KB pieces); every other H
- * here is one piece. */
+ * H 1280 is the widest row here: 80 words of 16 B, 2-3 a lane in the
+ * pull's warp copy (mm_warp_copy16). */
 static const ring_shape kShapes[] = {
     {512, 256, 8, 4, 4096, 128, 2, 0.7},  {256, 384, 8, 4, 4096, 64, 3, 0.8},  {384, 256, 16, 6, 4096, 128, 4, 0.6},
     {256, 256, 4, 2, 8192, 128, 1, 0.9},  {640, 512, 8, 2, 8192, 64, 2, 0.75}, {256, 640, 12, 3, 6144, 128, 3, 0.7},

@@ -772,10 +772,10 @@ static mm_test_result t_ring_static(void) {
 }
 
 /* The flash shape itself, the 8192-token lag order over skewed routings,
- * with the large regime's tiles at G 128 (128x256 L1, 128x256 L2), with
- * 128x128 L1 and 256x128 L2 (G 64 where H is not a multiple of 256; its
- * 128x256 L2 has G 128's geometry) and, as extra coverage of the stream's
- * geometry, with the decode pair's (64x256 L1 and L2). */
+ * with the large regime's tiles (128x256 L1, 128x256 L2; both G), with
+ * 128x256 L1 and 256x128 L2 (where H is not a multiple of 256) and, as
+ * extra coverage of the stream's geometry, with the decode pair's (64x256
+ * L1 and L2). */
 static mm_test_result t_ring_static_flash(void) {
   mm_rng g = unit_rng(0xf1a5);
   megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
@@ -785,7 +785,7 @@ static mm_test_result t_ring_static_flash(void) {
   int32_t rows[32];
   static const struct {
     int l1_rows, l1_cols, l2_rows, l2_cols;
-  } pairs[] = {{128, 256, 128, 256}, {128, 128, 256, 128}, {64, 256, 64, 256}};
+  } pairs[] = {{128, 256, 128, 256}, {128, 256, 256, 128}, {64, 256, 64, 256}};
   for (int skew = 0; skew < 3 * SKEW_KINDS; ++skew) {
     const int l1_rows = pairs[skew / SKEW_KINDS].l1_rows, l1_cols = pairs[skew / SKEW_KINDS].l1_cols;
     const int l2_rows = pairs[skew / SKEW_KINDS].l2_rows, l2_cols = pairs[skew / SKEW_KINDS].l2_cols;

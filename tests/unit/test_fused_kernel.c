@@ -13,9 +13,8 @@
 
 /* The engine's tile by rows per expert (mm_gemm_pick_tile; docs/PERF.md,
  * "Large tiles"): the SwiGLU L1 GEMM at G 128 takes 64x256 up to 64 rows
- * per expert and 128x256 above; at G 64 64x256 up to 128 rows, then
- * 128x128 (G 128's tiles in a build with -DMM_GEMM_SWIGLU_WIDE_G64=1);
- * the bf16 GEMMs 64x256 (128x128 where n is not a multiple of 256)
+ * per expert and 128x256 above, at both G (G 64 took 128x128 above 128
+ * rows until the twenty-eighth session); the bf16 GEMMs 64x256 (128x128 where n is not a multiple of 256)
  * up to 128 rows, then 256x128. */
 static mm_test_result t_pick_tile_rule(void) {
   mm_gemm_problem p;
@@ -26,8 +25,6 @@ static mm_test_result t_pick_tile_rule(void) {
   const int64_t rows[] = {1, 64, 65, 128, 129, 4096};
   const mm_gemm_tile g128[] = {MM_GEMM_TILE_64x256,  MM_GEMM_TILE_64x256,  MM_GEMM_TILE_128x256,
                                MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256};
-  const mm_gemm_tile g64[] = {MM_GEMM_TILE_64x256,  MM_GEMM_TILE_64x256,  MM_GEMM_TILE_64x256,
-                              MM_GEMM_TILE_64x256,  MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x128};
   const mm_gemm_tile bf16[] = {MM_GEMM_TILE_64x256,  MM_GEMM_TILE_64x256,  MM_GEMM_TILE_64x256,
                                MM_GEMM_TILE_64x256,  MM_GEMM_TILE_256x128, MM_GEMM_TILE_256x128};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i) {
@@ -36,8 +33,7 @@ static mm_test_result t_pick_tile_rule(void) {
     CHECK_MSG(mm_gemm_pick_tile(&p, rows[i]) == g128[i], "G 128, %lld rows: %s", (long long)rows[i],
               mm_gemm_tile_name(mm_gemm_pick_tile(&p, rows[i])));
     p.swiglu.group = 64;
-    const mm_gemm_tile want_g64 = mm_gemm_swiglu_wide_g64() ? g128[i] : g64[i];
-    CHECK_MSG(mm_gemm_pick_tile(&p, rows[i]) == want_g64, "G 64, %lld rows: %s", (long long)rows[i],
+    CHECK_MSG(mm_gemm_pick_tile(&p, rows[i]) == g128[i], "G 64, %lld rows: %s", (long long)rows[i],
               mm_gemm_tile_name(mm_gemm_pick_tile(&p, rows[i])));
     p.out_kind = MM_GEMM_OUT_BF16;
     p.n = 4096;
@@ -69,10 +65,10 @@ static mm_test_result t_fused_pairs_per_regime(void) {
         {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}}}, /* H not a multiple of 256 */
       {4096, 2048, 64,
        {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256},
-        {MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256}}}, /* G 64: the wide L2 too */
+        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256}}}, /* G 64: G 128's pairs */
       {3968, 1408, 64,
        {{MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128}, {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128},
-        {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128}}}, /* G 64, H not a multiple of 256 */
+        {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128}}}, /* G 64, H not a multiple of 256 */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     for (int ranks = 1; ranks <= 8; ranks *= 8) {
@@ -83,11 +79,7 @@ static mm_test_result t_fused_pairs_per_regime(void) {
         mm_gemm_tile l1 = MM_GEMM_TILE_AUTO, l2 = MM_GEMM_TILE_AUTO;
         mm_fused_smem_plan pl;
         CHECK_OK(mm_plan_fused_kernel(&c, ranks, r, &l1, &l2, &pl));
-        /* G 64's large L1 on G 128's tile in a build with -DMM_GEMM_SWIGLU_WIDE_G64=1 */
-        const mm_gemm_tile want1 = cases[i].g == 64 && r == MM_REGIME_LARGE && mm_gemm_swiglu_wide_g64()
-                                       ? MM_GEMM_TILE_128x256
-                                       : cases[i].want[r][0];
-        CHECK_MSG(l1 == want1 && l2 == cases[i].want[r][1], "H %lld G %d regime %d: %s + %s",
+        CHECK_MSG(l1 == cases[i].want[r][0] && l2 == cases[i].want[r][1], "H %lld G %d regime %d: %s + %s",
                   (long long)cases[i].hidden, cases[i].g, r, mm_gemm_tile_name(l1), mm_gemm_tile_name(l2));
         CHECK_MSG(pl.stages >= 3, "H %lld G %d regime %d: %u stages", (long long)cases[i].hidden, cases[i].g, r,
                   pl.stages);
@@ -123,11 +115,9 @@ static mm_test_result t_split_tiles_per_regime(void) {
                   (long long)cases[i].hidden, g, r, mm_gemm_tile_name(l2));
         /* L1 (N = 2I = 4096 here) keeps the engine's pick: fp32 out (staged),
          * SwiGLU out at G (split). */
-        const int g128_rule = g == 128 || mm_gemm_swiglu_wide_g64();
         const mm_gemm_tile want_l1 =
             c.arm == MEGAMOE_ARM_STAGED ? (r == MM_REGIME_LARGE ? MM_GEMM_TILE_256x128 : MM_GEMM_TILE_64x256)
-            : g128_rule                 ? (r == MM_REGIME_DECODE ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x256)
-                                        : (r == MM_REGIME_LARGE ? MM_GEMM_TILE_128x128 : MM_GEMM_TILE_64x256);
+                                        : (r == MM_REGIME_DECODE ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x256);
         CHECK_MSG(l1 == want_l1, "%s H %lld G %d regime %d: L1 %s", megamoe_arm_name(c.arm), (long long)cases[i].hidden,
                   g, r, mm_gemm_tile_name(l1));
       }
@@ -143,28 +133,20 @@ static mm_test_result t_split_tiles_per_regime(void) {
 /* The kernel's shared memory for every instantiated pair and every local
  * expert count: the task cache never costs a pipeline stage, and what the
  * launch requests plus the static reserve fits the opt-in limit. Host
- * arithmetic of the kernel's own layout functions (fused_arm.cu). The last
- * two pairs (the 128x256 L1 tile at G = 64) exist only in a build with
- * -DMM_GEMM_SWIGLU_WIDE_G64=1; in any other build they must be absent. */
+ * arithmetic of the kernel's own layout functions (fused_arm.cu). Pairs no
+ * regime picks are not instantiated. */
 static mm_test_result t_fused_smem_plans(void) {
   static const struct {
     mm_gemm_tile l1, l2;
     int32_t g;
   } pairs[] = {{MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, 128}, {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128, 128},
-               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, 128},
-               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128, 128},  {MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256, 64},
-               {MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128, 64},  {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, 64},
-               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128, 64},   {MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, 64},
-               {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128, 64}};
-  const size_t n_pairs = sizeof pairs / sizeof pairs[0], n_wide_g64 = 2;
-  const size_t n_built = mm_gemm_swiglu_wide_g64() ? n_pairs : n_pairs - n_wide_g64;
-  int64_t fits = 0, full_cache = 0, smaller_cache = 0, with_slots = 0;
+               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, 128},   {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128, 128},
+               {MM_GEMM_TILE_128x256, MM_GEMM_TILE_128x256, 64},  {MM_GEMM_TILE_128x256, MM_GEMM_TILE_256x128, 64},
+               {MM_GEMM_TILE_64x256, MM_GEMM_TILE_64x256, 64},    {MM_GEMM_TILE_64x256, MM_GEMM_TILE_128x128, 64}};
+  const size_t n_pairs = sizeof pairs / sizeof pairs[0];
+  int64_t fits = 0, full_cache = 0, smaller_cache = 0;
   mm_fused_smem_plan pl;
-  for (size_t i = n_built; i < n_pairs; ++i)
-    CHECK_MSG(mm_fused_smem_plan_of(pairs[i].l1, pairs[i].l2, pairs[i].g, 8, &pl) != MEGAMOE_OK,
-              "%s + %s at G %d outside its build", mm_gemm_tile_name(pairs[i].l1), mm_gemm_tile_name(pairs[i].l2),
-              (int)pairs[i].g);
-  for (size_t i = 0; i < n_built; ++i)
+  for (size_t i = 0; i < n_pairs; ++i)
     for (int32_t e = 1; e <= MEGAMOE_MAX_LOCAL_EXPERTS; ++e) {
       CHECK_OK(mm_fused_smem_plan_of(pairs[i].l1, pairs[i].l2, pairs[i].g, e, &pl));
       const uint32_t n = pl.cache_entries;
@@ -172,12 +154,7 @@ static mm_test_result t_fused_smem_plans(void) {
                 mm_gemm_tile_name(pairs[i].l1), mm_gemm_tile_name(pairs[i].l2), (int)pairs[i].g, (int)e, pl.stages,
                 pl.stages_no_cache);
       CHECK_MSG(n <= 256 && (n & (n - 1)) == 0, "E_l %d: %u cache entries", (int)e, n);
-      /* The pull's slots (a -DMM_FUSED_BULK_PULL=1 build) cost no stage
-       * either: stages_no_cache counts neither. */
-      CHECK_MSG(pl.pull_slots == 0 || (pl.pull_slots >= 3 && pl.pull_slots <= 16 && pl.pull_slot_bytes == 1024),
-                "E_l %d: %u pull slots of %u B", (int)e, pl.pull_slots, pl.pull_slot_bytes);
       if (pl.stages == 0) continue;
-      if (pl.pull_slots) ++with_slots;
       CHECK_MSG(pl.dynamic_bytes + pl.static_reserve <= pl.limit, "%s + %s, G %d, E_l %d: %u + %u B above %u",
                 mm_gemm_tile_name(pairs[i].l1), mm_gemm_tile_name(pairs[i].l2), (int)pairs[i].g, (int)e,
                 pl.dynamic_bytes, pl.static_reserve, pl.limit);
@@ -186,9 +163,9 @@ static mm_test_result t_fused_smem_plans(void) {
       else ++smaller_cache;
     }
   CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_64x256, MM_GEMM_TILE_256x128, 128, 8, &pl) != MEGAMOE_OK); /* not instantiated */
-  printf("    %lld (pair, E_l) layouts fit: %lld with the full task cache, %lld with a smaller one, %lld with pull "
-         "slots; none lost a stage\n",
-         (long long)fits, (long long)full_cache, (long long)smaller_cache, (long long)with_slots);
+  CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256, 64, 8, &pl) != MEGAMOE_OK); /* G 64's old L1 */
+  printf("    %lld (pair, E_l) layouts fit: %lld with the full task cache, %lld with a smaller one, none lost a stage\n",
+         (long long)fits, (long long)full_cache, (long long)smaller_cache);
   return MM_TEST_PASS;
 }
 

@@ -15,7 +15,7 @@ namespace {
 mm_fused_kernel_ref lookup(mm_gemm_tile l1, mm_gemm_tile l2, int a_sf_block2, int experts) {
   if (a_sf_block2 == 128) return mm_fused_lookup_g128(l1, l2, experts);
   if (a_sf_block2 == 64) return mm_fused_lookup_g64(l1, l2, experts);
-  mm_fused_kernel_ref none = {nullptr, {}, 0, 0, 0};
+  mm_fused_kernel_ref none = {nullptr, {}, 0, 0};
   return none;
 }
 
@@ -56,8 +56,6 @@ extern "C" megamoe_status mm_fused_smem_plan_of(mm_gemm_tile l1, mm_gemm_tile l2
   plan->stages = k.layout.stages;
   plan->stages_no_cache = k.stages_no_cache;
   plan->cache_entries = k.cache_entries;
-  plan->pull_slots = k.pull_slots;
-  plan->pull_slot_bytes = MM_FUSED_PULL_PIECE;
   plan->dynamic_bytes = k.layout.bytes;
   plan->static_reserve = MM_FUSED_STATIC_SMEM;
   plan->limit = MM_GEMM_SMEM_LIMIT;

@@ -36,8 +36,6 @@ typedef struct mm_fused_smem_plan {
   uint32_t stages;          /* pipeline stages (0: not even the minimum fits) */
   uint32_t stages_no_cache; /* the same without the task cache: never more than stages */
   uint32_t cache_entries;   /* tasks a CTA decodes ahead: 0 or a power of two up to 256 */
-  uint32_t pull_slots;      /* the pull's bulk-copy slots (-DMM_FUSED_BULK_PULL=1; 0: the warp copy) */
-  uint32_t pull_slot_bytes; /* the bytes of one slot (a row's piece) */
   uint32_t dynamic_bytes;   /* requested at launch */
   uint32_t static_reserve;  /* counted in the stages, left for the kernel's static shared memory */
   uint32_t limit;           /* the per-block opt-in maximum the stages are counted against */

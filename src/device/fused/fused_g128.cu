@@ -4,7 +4,7 @@
 #include "fused/fused_instances.cuh"
 
 mm_fused_kernel_ref mm_fused_lookup_g128(mm_gemm_tile l1, mm_gemm_tile l2, int experts) {
-  mm_fused_kernel_ref none = {nullptr, {}, 0, 0, 0};
+  mm_fused_kernel_ref none = {nullptr, {}, 0, 0};
   if (l1 == MM_GEMM_TILE_128x256) return mm_fused_lookup_g128_large(l2, experts);
   if (l1 != MM_GEMM_TILE_64x256) return none;
   if (l2 == MM_GEMM_TILE_64x256) return mm_fused_kernel_get<mm_fused_l1_64x256, mm_fused_l2_64x256<1>>(experts);

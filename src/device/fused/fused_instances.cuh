@@ -5,9 +5,9 @@
  *            1024-8192 tokens on an H100, docs/PERF.md, twenty-fifth session)
  *            or 256x128 (large, other H); L1 64x256 with L2 64x256 or 128x128
  *            (decode, and the fused arm's mid regime)
- *   G = 64   L1 128x128 with L2 128x256 (large, H a multiple of 256; 1-3 %
- *            faster than 256x128, twenty-sixth session) or 256x128 (large,
- *            other H); L1 64x256 with L2 64x256 or 128x128 (decode)
+ *   G = 64   the same pairs, the L1 epilogue quantizing per 64 columns (L1
+ *            128x256: 11-15 % faster than 128x128 at 2048-8192 tokens on an
+ *            H100, twenty-eighth session)
  * The L2 tile's A scales are per G columns (kPromo 1 or 2). Each G's
  * lookup lives in its own file, G = 128's large pair in a third, so they
  * compile in parallel. */
@@ -23,14 +23,12 @@ struct mm_fused_kernel_ref {
   mm_gemm_layout layout;
   uint32_t stages_no_cache; /* the layout's stages without the task cache */
   uint32_t cache_entries;   /* mm_fused_task_cache_entries */
-  uint32_t pull_slots;      /* mm_fused_pull_slots (0: the pull's warp copy) */
 };
 
 /* The engine's configs of the split arm's kernels (split_l1.cu, split_l2.cu):
  * the 256-wide L1 tiles with the SwiGLU staging (their codes through the L2
  * tile's staging area and a TMA store; fused_kernel.cuh, mm_fused_math). */
 using mm_fused_l1_64x256 = mm_gemm_cfg<64, 256, true, true, 1, false, false, true>;
-using mm_fused_l1_128x128 = mm_gemm_cfg<128, 128, false, true, 1, false>;
 using mm_fused_l1_128x256 = mm_gemm_cfg<128, 256, false, false, 1, false, false, true>;
 template <int kPromo>
 using mm_fused_l2_256x128 = mm_gemm_cfg<256, 128, false, false, kPromo, true>;
@@ -47,8 +45,7 @@ mm_fused_kernel_ref mm_fused_kernel_get(int experts) {
   r.fn = reinterpret_cast<const void*>(&mm_fused_kernel<C1, C2>);
   /* Host arithmetic on every launch (the lookup): the cache size once. */
   r.cache_entries = mm_fused_task_cache_entries<C1, C2>(experts);
-  r.pull_slots = mm_fused_pull_slots<C1, C2>(experts, r.cache_entries);
-  r.layout = mm_fused_layout_with<C1, C2>(experts, r.cache_entries, r.pull_slots);
+  r.layout = mm_fused_layout_with<C1, C2>(experts, r.cache_entries);
   r.stages_no_cache = mm_fused_layout_with<C1, C2>(experts, 0).stages;
   return r;
 }

@@ -79,25 +79,6 @@ static_assert(MM_FUSED_COPY_WARPS >= 1 && MM_FUSED_PULL_WARPS >= 1, "the produce
 #ifndef MM_FUSED_PULL_CHUNK
 #define MM_FUSED_PULL_CHUNK 16
 #endif
-/* The pull's rows by bulk copies (MM_FUSED_BULK_PULL = 1; off by default
- * until measured): each local row in pieces of MM_FUSED_PULL_PIECE bytes,
- * global -> shared (one TMA bulk load per piece, on an mbarrier) -> the ring
- * (one bulk store), through a few slots of shared memory that cost no
- * pipeline stage (mm_fused_pull_slots). The warp copy keeps ~2 KB of a row
- * in flight per warp (4 x 16 B per lane, all its 40 registers allow), and one
- * pull warp per SM brought ~1 row per 3 us: about the rate the L1 tiles eat
- * them at 2048-8192 tokens, so the producers waited 20-74 us per CTA for
- * pulled rows (docs/PERF.md, twenty-sixth session). The slots keep
- * (slots - 1) pieces in flight with no registers. Rows of a peer keep the
- * warp copy (NVLink reads stay on the path the tests cover at EP2), unless
- * MM_FUSED_BULK_PULL = 2: every row by bulk copies (TMA reads a peer's
- * mapped memory as it reads local memory; not yet run at EP2). */
-#ifndef MM_FUSED_BULK_PULL
-#define MM_FUSED_BULK_PULL 0
-#endif
-#define MM_FUSED_PULL_PIECE 1024
-#define MM_FUSED_PULL_SLOTS_MAX 16
-#define MM_FUSED_PULL_SLOTS_MIN 3
 /* The register split of the roles (setmaxnreg, multiples of 8; 2 x 128 x
  * math + 128 x producer = 64512, the CTA's pool at launch). The fused
  * producer warpgroup runs the producer, copy and pull roles at once and
@@ -175,29 +156,15 @@ static inline __host__ __device__ uint32_t mm_fused_task_cache_offset(int expert
  * in the scheduler area the copy warps' row destinations (C2::BM pointers:
  * not the xwg area, which the L1 epilogue uses at the same time) and the
  * stream (fused_stream.cuh). */
-/* Where the pull's slots start in the scheduler area (after the task
- * cache): pull_slots mbarriers, then the slots, 16-byte aligned for the bulk
- * copies (the scheduler area is). */
-template <class C2>
-static inline __host__ __device__ uint32_t mm_fused_pull_bars_offset(int experts, uint32_t cache_entries) {
-  return (mm_fused_task_cache_offset<C2>(experts) + cache_entries * 8u + 15u) / 16u * 16u;
-}
-static inline __host__ __device__ uint32_t mm_fused_pull_bufs_rel(uint32_t pull_slots) {
-  return (pull_slots * 8u + 15u) / 16u * 16u;
-}
-
 template <class C1, class C2>
-static inline __host__ __device__ mm_gemm_layout mm_fused_layout_with(int experts, uint32_t cache_entries,
-                                                                      uint32_t pull_slots = 0) {
+static inline __host__ __device__ mm_gemm_layout mm_fused_layout_with(int experts, uint32_t cache_entries) {
   using P = mm_fused_tiles<C1, C2>;
   /* The stage count leaves room for the kernel's static shared memory beyond
    * the 256 B the engine's layout keeps for it (mm_fused_cta: static_assert
    * below), but that room is not part of the dynamic request: the static
    * memory comes on top of it. */
-  const uint32_t sched = pull_slots ? mm_fused_pull_bars_offset<C2>(experts, cache_entries) +
-                                          mm_fused_pull_bufs_rel(pull_slots) + pull_slots * MM_FUSED_PULL_PIECE
-                                    : mm_fused_task_cache_offset<C2>(experts) + cache_entries * 8u;
-  const uint32_t extra = sched + MM_FUSED_STATIC_SMEM;
+  const uint32_t extra =
+      mm_fused_task_cache_offset<C2>(experts) + cache_entries * 8u + MM_FUSED_STATIC_SMEM;
   mm_gemm_layout L = mm_gemm_layout_make(P::kStage, 0, P::kStageSF, C2::kStagingBytes, P::kBM, extra, MM_GEMM_MAX_STAGES);
   L.bytes -= MM_FUSED_STATIC_SMEM;
   return L;
@@ -214,18 +181,9 @@ static inline __host__ __device__ uint32_t mm_fused_task_cache_entries(int exper
   return 0;
 }
 
-/* The pull's slots (MM_FUSED_BULK_PULL): the most of MM_FUSED_PULL_SLOTS_MAX
- * .. MM_FUSED_PULL_SLOTS_MIN that costs no pipeline stage beside the task
- * cache of `cache` entries (mm_fused_task_cache_entries), else 0 (the warp
- * copy). Host and kernel compute it alike. */
 template <class C1, class C2>
-static inline __host__ __device__ uint32_t mm_fused_pull_slots(int experts, uint32_t cache) {
-  if (!MM_FUSED_BULK_PULL) return 0;
-  const uint32_t stages = mm_fused_layout_with<C1, C2>(experts, cache).stages;
-  if (stages == 0) return 0; /* no layout: none to add to */
-  for (uint32_t n = MM_FUSED_PULL_SLOTS_MAX; n >= MM_FUSED_PULL_SLOTS_MIN; --n)
-    if (mm_fused_layout_with<C1, C2>(experts, cache, n).stages >= stages) return n;
-  return 0;
+static inline __host__ __device__ mm_gemm_layout mm_fused_layout(int experts) {
+  return mm_fused_layout_with<C1, C2>(experts, mm_fused_task_cache_entries<C1, C2>(experts));
 }
 
 /* What the producer warpgroup's roles share, in static shared memory
@@ -247,11 +205,6 @@ struct mm_fused_cta {
   int64_t list_n;
   const uint64_t* cache;     /* without claim: this CTA's first cache_n tasks, packed (stride order), or NULL */
   uint32_t cache_n;          /* mm_fused_task_cache_entries */
-#if MM_FUSED_BULK_PULL
-  uint32_t pull_bars;        /* shared-window address of slot 0's mbarrier (one arrival + the bytes) */
-  uint32_t pull_bufs;        /* shared-window address of slot 0 (MM_FUSED_PULL_PIECE bytes each) */
-  uint32_t pull_slots;       /* mm_fused_pull_slots: 0, the warp copy */
-#endif
 };
 
 static_assert(sizeof(mm_fused_cta) + 64 <= MM_FUSED_STATIC_SMEM, "the fused kernel's static shared memory is reserved");
@@ -402,16 +355,6 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
 }
 
 /* ---- Math warpgroups (warps 0-7) ------------------------------------------ */
-/* The L1 epilogue's wait for the copy warps (the staging area both use:
- * the last L2 tile read out) made inside the epilogue, after the tile's
- * SwiGLU math and amax, instead of before it (mm_gemm_staging_wait). The
- * fused L1 epilogues took 231 us per CTA at 8192 tokens against split's 164
- * (one H100, docs/PERF.md, twenty-sixth session). Off by default until
- * measured. */
-#ifndef MM_FUSED_L1_LATE_STAGING_WAIT
-#define MM_FUSED_L1_LATE_STAGING_WAIT 0
-#endif
-
 /* L1_DONE of an L1 tile is published late: after the NEXT tile's mainloop,
  * when the tile's fp8 stores have long completed, so neither the proxy
  * fence nor the release stalls the tensor cores. Before an L2 tile's
@@ -520,23 +463,14 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       lap(MM_TL_MATH_L1);
       mm_fused_publish_l1(L, l1_done, pend);
       lap(MM_TL_MATH_L1_PUB);
-      /* A give-up (the abort word is set) must not overwrite what the copy
-       * warps may still be reading: all math threads leave. */
-#if MM_FUSED_L1_LATE_STAGING_WAIT
-      /* The wait inside the epilogue, after its SwiGLU math, through the L1
-       * view and problem: the views share the abort word and the copy
-       * barriers, the problems the status and deadline. */
-      const mm_gemm_staging_wait copy_read = {sm2.copy_empty, (uint32_t)(l2_tiles - 1) & 1u};
-      if (!mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_out1, l2_tiles > 0 ? &copy_read : nullptr))
-        return;
-#else
       if (mm_gemm_swiglu_staged<T1>(p1, ti, tm_out1) && l2_tiles > 0) {
+        /* A give-up (the abort word is set) must not overwrite what the
+         * copy warps may still be reading: all math threads leave. */
         const bool read_out =
             threadIdx.x != 0 || mm_gemm_wait(sm2, sm2.copy_empty, (uint32_t)(l2_tiles - 1) & 1u, p2);
         if (!mm_gemm_math_vote_ok(sm1, read_out)) return;
       }
       mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_out1);
-#endif
       pend = mm_fused_l1_pending{task.block0, task.rows};
       lap(MM_TL_MATH_L1_EPI);
     } else {
@@ -655,109 +589,6 @@ MM_DEVICE void mm_fused_pull_prologue(const mm_layer_view& L, const mm_fused_str
   }
 }
 
-#if MM_FUSED_BULK_PULL
-/* A walk over the pieces of a chunk's rows that go through the slots
- * (warp-uniform): the row (its lane), the piece's first byte, and the rows
- * after this one (a mask of lanes). */
-struct mm_fused_piece_cursor {
-  int row, off;
-  uint32_t rest;
-};
-MM_DEVICE mm_fused_piece_cursor mm_fused_piece_first(uint32_t rows) {
-  mm_fused_piece_cursor k;
-  k.row = __ffs((int)rows) - 1;
-  k.off = 0;
-  k.rest = rows & (rows - 1);
-  return k;
-}
-MM_DEVICE void mm_fused_piece_next(mm_fused_piece_cursor& k, int H) {
-  k.off += MM_FUSED_PULL_PIECE;
-  if (k.off < H) return;
-  k.off = 0;
-  k.row = __ffs((int)k.rest) - 1;
-  k.rest &= k.rest - 1;
-}
-
-/* The whole pull warp: rows r0 .. r0 + n - 1 of local expert le into ring
- * rows dst0 .. (the stores of mm_pull_rows_to), this rank's rows (every row
- * at MM_FUSED_BULK_PULL = 2) through the slots: each row in pieces of
- * MM_FUSED_PULL_PIECE bytes, piece q bulk-loaded into slot (used + q) mod
- * slots, then bulk-stored into the ring. Lane 0 keeps slots - 1 loads in
- * flight: before it loads piece q + slots - 1 into the slot piece q - 1
- * used, that piece's store has read it (every store is its own bulk group,
- * so at most the newest, piece q's, may still read).
- * The scales, row table and weights go as in the warp copy, under the first
- * loads; the other rows keep the warp copy. Ends with every store written
- * (the caller's publication releases them). used: the slots' uses so far
- * (each slot's mbarrier phase), advanced by this chunk's pieces. False when
- * a slot's wait gave up (the abort word is set), after the copies already
- * issued have completed (none may write or read the slots once the CTA
- * leaves). */
-MM_DEVICE bool mm_fused_pull_rows_bulk(const mm_layer_view& L, const mm_fused_cta& c, const mm_gemm_problem& p,
-                                       int r0, int n, int le, int dst0, int ring_rows, uint32_t& used) {
-  static_assert(MM_FUSED_PULL_CHUNK <= 32, "a chunk's rows are one lane each");
-  const int lane = threadIdx.x & 31;
-  const int H = L.hidden;
-  const uint32_t slots = c.pull_slots;
-  mm_pull_src mine = {};
-  if (lane < n) mine = mm_pull_source(L, r0 + lane, le);
-  /* The rows through the slots: this rank's, or (MM_FUSED_BULK_PULL = 2)
-   * every row, a peer's read over NVLink by the same bulk loads. The rest
-   * keep the warp copy. */
-  const uint32_t bulk_rows =
-      __ballot_sync(0xffffffffu, lane < n && (MM_FUSED_BULK_PULL >= 2 || mine.row.src_rank == L.rank));
-  const int pieces = __popc(bulk_rows) * ((H + MM_FUSED_PULL_PIECE - 1) / MM_FUSED_PULL_PIECE);
-  uint8_t* pool_x = mm_ws<uint8_t>(L, MM_WS_POOL_X);
-  auto bytes_at = [&](int off) { return (uint32_t)min(MM_FUSED_PULL_PIECE, H - off); };
-  mm_fused_piece_cursor ld = mm_fused_piece_first(bulk_rows), st = ld;
-  int loaded = 0; /* pieces whose loads are issued */
-  auto load_next = [&]() { /* every lane (the source's shuffle), lane 0 issues */
-    const uint8_t* x = reinterpret_cast<const uint8_t*>(
-        __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(mine.x), ld.row));
-    if (lane == 0) {
-      const uint32_t slot = (used + (uint32_t)loaded) % slots;
-      mm_mbar_arrive_expect_tx(c.pull_bars + 8u * slot, bytes_at(ld.off));
-      mm_bulk_load_1d(c.pull_bufs + slot * MM_FUSED_PULL_PIECE, x + ld.off, bytes_at(ld.off), c.pull_bars + 8u * slot);
-    }
-    ++loaded;
-    mm_fused_piece_next(ld, H);
-  };
-  while (loaded < pieces && loaded < (int)slots - 1) load_next();
-  for (int i = 0; i < n; ++i) {
-    const mm_pull_src s = mm_pull_src_of_lane(mine, i);
-    if ((bulk_rows >> i) & 1u) mm_pull_copy<false>(L, s, dst0 + i, ring_rows);
-    else mm_pull_copy<true>(L, s, dst0 + i, ring_rows);
-  }
-  for (int q = 0; q < pieces; ++q) {
-    bool ok = true;
-    if (lane == 0) {
-      const uint32_t u = used + (uint32_t)q, slot = u % slots;
-      ok = mm_gemm_wait(c.sm, c.pull_bars + 8u * slot, (u / slots) & 1u, p);
-      if (ok) {
-        mm_bulk_store_1d(pool_x + (int64_t)(dst0 + st.row) * H + st.off, c.pull_bufs + slot * MM_FUSED_PULL_PIECE,
-                         bytes_at(st.off));
-        mm_bulk_commit_group();
-      } else {
-        /* Drain: the loads issued, the stores. (A load from a peer that died
-         * may not complete: mm_mbar_wait traps after its own bound, a risk of
-         * MM_FUSED_BULK_PULL = 2 only.) */
-        for (int k = q; k < loaded; ++k) mm_mbar_wait(c.pull_bars + 8u * ((used + k) % slots), ((used + k) / slots) & 1u);
-        mm_bulk_wait_group<0>();
-      }
-    }
-    if (!__shfl_sync(0xffffffffu, ok, 0)) return false;
-    mm_fused_piece_next(st, H);
-    if (loaded < pieces) {
-      if (lane == 0) mm_bulk_wait_group_read<1>(); /* piece q - 1's store has read its slot */
-      load_next();
-    }
-  }
-  if (lane == 0) mm_bulk_wait_group<0>(); /* the stores written: the caller publishes them */
-  used += (uint32_t)pieces;
-  return true;
-}
-#endif
-
 /* Chunks of MM_FUSED_PULL_CHUNK virtual rows gw, gw + nw, ... (pool order
  * over every pull warp of the grid, so the first blocks complete first).
  * Before the first row of a block this warp writes, the slot guard: the
@@ -766,23 +597,13 @@ MM_DEVICE bool mm_fused_pull_rows_bulk(const mm_layer_view& L, const mm_fused_ct
  * rows at their ring rows, and PULLED += those rows after their stores (the
  * async-proxy fence: the L1 producer's TMA reads them next). 32-bit rows: a forward's virtual rows fit 31 bits (create
  * checks the worst case at T_max), and so do the ring's. */
-MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, const mm_gemm_problem& p, int gw,
-                              int nw) {
+MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, int gw, int nw) {
   static_assert(MM_FUSED_BLOCK_ROWS % MM_FUSED_PULL_CHUNK == 0, "a chunk stays inside one block");
   const int lane = threadIdx.x & 31;
   const mm_fused_stream* s = c.s;
   const int chunks = (int)s->blocks * (MM_FUSED_BLOCK_ROWS / MM_FUSED_PULL_CHUNK);
   const int ring_rows = s->order.ring_blocks * MM_FUSED_BLOCK_ROWS;
   int guarded = -1; /* the last block whose slot this warp found free */
-#if MM_FUSED_BULK_PULL
-  static_assert(MM_FUSED_PULL_WARPS == 1, "the pull's slots serve one pull warp per CTA");
-  uint32_t used = 0; /* the slots' uses: their mbarriers' phases */
-  /* The staged tokens (phase A's generic stores, before the routing's grid
-   * barriers) are read by this thread's bulk loads (the async proxy). */
-  if (lane == 0 && c.pull_slots) mm_fence_proxy_async_global();
-#else
-  (void)p;
-#endif
   /* The rows before mm_fused_prologue_rows were pulled by the whole grid. */
   for (int k = mm_fused_prologue_rows(s) / MM_FUSED_PULL_CHUNK + gw; k < chunks; k += nw) {
     const int r0 = k * MM_FUSED_PULL_CHUNK;
@@ -820,12 +641,7 @@ MM_DEVICE void mm_fused_pull(const mm_layer_view& L, const mm_fused_cta& c, cons
     /* mm_fused_ring_row: a chunk never wraps the ring (ring_rows is a
      * multiple of the chunk), so its rows are consecutive there too. */
     const int dst0 = (int)((uint32_t)r0 % (uint32_t)ring_rows);
-#if MM_FUSED_BULK_PULL
-    if (c.pull_slots) {
-      if (!mm_fused_pull_rows_bulk(L, c, p, r0, n, e, dst0, ring_rows, used)) break;
-    } else
-#endif
-      mm_pull_rows_to(L, r0, n, e, dst0, ring_rows);
+    mm_pull_rows_to(L, r0, n, e, dst0, ring_rows);
     mm_pull_publish(c.pulled + b, n); /* one release for the chunk's rows */
   }
   if (lane == 0) mm_tl_stamp_latest(L, MM_TL_PULL_END);
@@ -864,7 +680,6 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   {
     const uint64_t fwd = mm_forward_number(st);
     mm_route_hooks h;
-    h.x_async_read = MM_FUSED_BULK_PULL;
     h.clear = mm_ws<int32_t>(L, MM_WS_BLOCK_COUNTERS) + mm_fused_counter_index(L.virtual_blocks, fwd + 1, 0, 0);
     h.clear_count = MM_FUSED_COUNTERS * L.virtual_blocks; /* < 2^31: virtual blocks < 2^31 / 128 (create) */
     h.capacity = (order.single_wave ? order.ring_blocks : L.virtual_blocks) * MM_FUSED_BLOCK_ROWS;
@@ -894,17 +709,6 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       mm_tma_prefetch_map(&tm_sf2);
       if (p1.swiglu.tma_out) mm_tma_prefetch_map(&tm_out1);
       mm_gemm_init_barriers(sm, MM_FUSED_COPY_THREADS, MM_FUSED_TASK_READERS);
-#if MM_FUSED_BULK_PULL
-      /* The pull's slots after the task cache (mm_fused_layout_with). */
-      const uint32_t cache = mm_fused_task_cache_entries<C1, C2>(L.local_experts);
-      const uint32_t slots = mm_fused_pull_slots<C1, C2>(L.local_experts, cache);
-      const uint32_t bars = mm_smem_addr(sm.sched) + mm_fused_pull_bars_offset<C2>(L.local_experts, cache);
-      for (uint32_t i = 0; i < slots; ++i) mm_mbar_init(bars + 8u * i, 1);
-      mm_fence_mbar_init();
-      ctl.pull_slots = slots;
-      ctl.pull_bars = bars;
-      ctl.pull_bufs = bars + mm_fused_pull_bufs_rel(slots);
-#endif
     }
     uint8_t* stream_smem = sm.sched + (uint32_t)C2::BM * 8u; /* after the copy warps' row destinations */
     s = mm_fused_stream_build_cta(stream_smem, mm_ws<int32_t>(L, MM_WS_POOL_COUNT), order, L.local_experts, C1::BM,
@@ -965,7 +769,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     } else if (warp < MM_FUSED_PULL_WARP0) {
       mm_fused_copy<T2>(L, ctl, p2, tid - 32 * MM_FUSED_COPY_WARP0);
     } else if (!mm_failed(st)) {
-      mm_fused_pull(L, ctl, p1, blockIdx.x * MM_FUSED_PULL_WARPS + (warp - MM_FUSED_PULL_WARP0),
+      mm_fused_pull(L, ctl, blockIdx.x * MM_FUSED_PULL_WARPS + (warp - MM_FUSED_PULL_WARP0),
                     gridDim.x * MM_FUSED_PULL_WARPS);
     }
     /* The registers come back only when the math warpgroups give theirs up:

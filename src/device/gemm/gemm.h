@@ -86,11 +86,6 @@ int mm_gemm_tile_rows(mm_gemm_tile tile);
  * token bound; 0: unknown, use the pool capacity). Never AUTO. */
 mm_gemm_tile mm_gemm_pick_tile(const mm_gemm_problem* p, int64_t rows_per_expert);
 
-/* 1 in a build with -DMM_GEMM_SWIGLU_WIDE_G64=1: the SwiGLU GEMM at G = 64
- * picks G = 128's tiles (128x256 above 64 rows per expert), and the fused
- * arm has the matching large pairs at G = 64 (gemm_cfg.cuh). */
-int mm_gemm_swiglu_wide_g64(void);
-
 /* Whether `tile` can run this output kind / A-scale block / expert count
  * within the device's shared memory (bytes needed in *smem_bytes). Pure host
  * arithmetic plus one device attribute query. */

@@ -125,16 +125,6 @@ struct mm_gemm_cfg {
 #define MM_GEMM_TILE_RING 4
 #define MM_GEMM_CTRL_BYTES 128u
 
-/* The SwiGLU L1 GEMM's tiles at G = 64 follow G = 128's rule (128x256 above
- * 64 rows per expert) instead of 128x128 above 128: the epilogue quantizes a
- * 64-column group per wave either way, and the K loop is G = 128's. Off by
- * default until measured (docs/PERF.md, twenty-sixth session); read only by
- * CUDA-compiled files (gemm_wgmma.cu's pick, fused_g64.cu's pairs): host C
- * asks mm_gemm_swiglu_wide_g64(). */
-#ifndef MM_GEMM_SWIGLU_WIDE_G64
-#define MM_GEMM_SWIGLU_WIDE_G64 0
-#endif
-
 static inline __host__ __device__ uint32_t mm_align_up_u32(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 
 /* Layout for a config with the given stage/staging sizes and sched_bytes of

@@ -313,17 +313,6 @@ MM_DEVICE bool mm_gemm_swiglu_staged(const mm_gemm_problem& p, const mm_gemm_til
   return Cfg::kSwStage && tm_out != nullptr && p.swiglu.tma_out && ti.rows == Cfg::BM;
 }
 
-/* A wait the SwiGLU epilogue makes before its first write to the staging
- * area, besides its own previous TMA store's: another role still reading
- * the area (the fused arm's copy warps, the last L2 tile). Thread 0 waits
- * `bar` at `parity` (the pipeline's deadline), then the math threads vote.
- * Made after the tile's SwiGLU math and amax, which do not touch the area,
- * so the two overlap. */
-struct mm_gemm_staging_wait {
-  uint32_t bar;
-  uint32_t parity;
-};
-
 /* Epilogue of the L1 GEMM: B is the prepared W1 (MM_W1_INTERLEAVE = 64), so
  * a 128-wide wave holds gate columns in registers i < 32 and the matching up
  * columns in i + 32, for a-columns (n0 + wave column) / 2 + 0..63.
@@ -334,15 +323,10 @@ struct mm_gemm_staging_wait {
  * column-split 256-wide tile (64x256), whose per-row amax is exchanged
  * through shared memory. The row's amax is spread over the 4 threads of a
  * quad (lanes 4q .. 4q + 3). max is exact, so every split gives bitwise the
- * same scales and codes. other: a staged tile's other reader to wait for
- * (mm_gemm_staging_wait; nullptr: none). False only on that path, when the
- * wait gave up or another role had set the abort word (nothing was
- * written): every math thread returns false, the caller's math threads
- * leave. */
+ * same scales and codes. */
 template <class Cfg, bool kLateWeights = true>
-MM_DEVICE bool mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_problem& p, const mm_gemm_tile_info& ti,
-                                       int wg, float (&acc)[Cfg::kWaves][64], const CUtensorMap* tm_out = nullptr,
-                                       const mm_gemm_staging_wait* other = nullptr) {
+MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_problem& p, const mm_gemm_tile_info& ti,
+                                       int wg, float (&acc)[Cfg::kWaves][64], const CUtensorMap* tm_out = nullptr) {
   const mm_swiglu_epilogue& q = p.swiglu;
   const int inter = p.n / 2;
   const bool pair_in_wg = Cfg::kWN == 2 && q.group == 128;
@@ -352,7 +336,7 @@ MM_DEVICE bool mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
    * same for every math thread: the barriers below are CTA-wide); a partial
    * tile's are stored row by row, valid rows only. */
   const bool staged = mm_gemm_swiglu_staged<Cfg>(p, ti, tm_out);
-  if (staged && !other) {
+  if (staged) {
     if (threadIdx.x == 0) mm_bulk_wait_group_read<0>(); /* the previous tile's store has read the area */
     mm_gemm_math_barrier();
   }
@@ -433,16 +417,6 @@ MM_DEVICE bool mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
         mm_gemm_math_barrier();
       }
     }
-    if (staged && other && wm == 0) {
-      /* The area's readers done (the same in every math thread: a staged
-       * tile is full, so no warpgroup skipped to here). */
-      bool free_now = true;
-      if (threadIdx.x == 0) {
-        mm_bulk_wait_group_read<0>();
-        free_now = mm_gemm_wait(sm, other->bar, other->parity, p);
-      }
-      if (!mm_gemm_math_vote_ok(sm, free_now)) return false;
-    }
     if (mm_gemm_wg_row0<Cfg>(wg) + 64 * wm >= ti.rows) continue; /* nothing to store */
 #pragma unroll
     for (int wn = 0; wn < Cfg::kWN; ++wn) {
@@ -491,7 +465,6 @@ MM_DEVICE bool mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
       mm_bulk_commit_group();
     }
   }
-  return true;
 }
 
 #endif

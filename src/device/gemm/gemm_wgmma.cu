@@ -278,22 +278,20 @@ extern "C" megamoe_status mm_gemm_tile_check(mm_gemm_tile tile, int32_t out_kind
   return MEGAMOE_OK;
 }
 
-extern "C" int mm_gemm_swiglu_wide_g64(void) { return MM_GEMM_SWIGLU_WIDE_G64; }
-
 /* Measured on the H200 (docs/PERF.md, engine v2): at 64 rows per expert
  * the 64-row tile wastes the least tensor work and streams the weights the
  * same (144 us against 149-178 at M 256, N = K = 4096); at 512 and 2048 rows
  * per expert 256x128 is the fastest bf16 tile (1145-1196 TFLOP/s at
  * M 65536 against 1073-1136 for the one-wave tiles and 1025-1078 for
  * 128x256). The SwiGLU epilogue needs a warpgroup-held group of 128
- * a-columns (64x256, which measured ahead of 128x256 in bf16) or takes the
- * one-wave 128x128 for G = 64 (G = 128's tiles with -DMM_GEMM_SWIGLU_WIDE_G64=1,
- * gemm_cfg.cuh). */
+ * a-columns (64x256, which measured ahead of 128x256 in bf16); at G = 64 a
+ * group is one wave and the same tiles serve. G = 64 took 128x128 above 128
+ * rows per expert until 128x256 measured faster there too (one H100, 512 /
+ * 2048 / 8192 tokens: split -2.6 / -6.7 / -6.3 %, fused 0 / -14.7 / -11.4 %;
+ * docs/PERF.md, twenty-eighth session). */
 extern "C" mm_gemm_tile mm_gemm_pick_tile(const mm_gemm_problem* p, int64_t rows_per_expert) {
   if (rows_per_expert <= 0) rows_per_expert = p->num_experts > 0 ? (int64_t)p->rows_cap / p->num_experts : 0;
   if (p->out_kind == MM_GEMM_OUT_SWIGLU_FP8) {
-    if (p->swiglu.group != 128 && !MM_GEMM_SWIGLU_WIDE_G64)
-      return rows_per_expert <= 128 ? MM_GEMM_TILE_64x256 : MM_GEMM_TILE_128x128;
     /* Above 64 rows per expert, 128-row m-blocks. 65-128 rows: one m-block
      * reads the expert's weights once (two 64-row blocks read them twice:
      * the split arm's L1 GEMM at 512 tokens per rank streamed ~1 GB for

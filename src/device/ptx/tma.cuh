@@ -78,24 +78,6 @@ MM_PTX_DEVICE void mm_bulk_wait_group() {
   asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
 }
 
-/* 1D bulk load: bytes (a multiple of 16; both addresses 16-byte aligned) of
- * global memory at src into shared memory at smem_dst, completing on the
- * mbarrier at bar (complete_tx::bytes: its phase must expect them). */
-MM_PTX_DEVICE void mm_bulk_load_1d(uint32_t smem_dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_dst),
-               "l"((uint64_t)src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
-/* 1D bulk store (bulk-group completion): bytes of shared memory at smem_src
- * to global memory at dst (a multiple of 16; 16-byte aligned). Complete with
- * mm_bulk_commit_group + mm_bulk_wait_group(_read). */
-MM_PTX_DEVICE void mm_bulk_store_1d(void* dst, uint32_t smem_src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"((uint64_t)dst), "r"(smem_src),
-               "r"(bytes)
-               : "memory");
-}
-
 /* Asks L2 to fetch [src, src + bytes) of global memory (a hint: no data
  * comes back, nothing waits; src 16-byte aligned, bytes a multiple of 16). */
 MM_PTX_DEVICE void mm_bulk_prefetch_l2(const void* src, uint32_t bytes) {

@@ -351,15 +351,13 @@ MM_DEVICE mm_pull_src mm_pull_source(const mm_layer_view& L, int r, int le) {
 /* One warp copies the row s into row dst of the pool regions (pool_x,
  * pool_x_sf with row stride sf_stride, pool_rows, pool_weight), over NVLink
  * for a peer's row. The first 32 scales are loaded before the x row, so
- * their latency hides under its copy. kX = false: all but pool_x (the fused
- * pull's bulk copies write it). */
-template <bool kX = true>
+ * their latency hides under its copy. */
 MM_DEVICE void mm_pull_copy(const mm_layer_view& L, const mm_pull_src& s, int64_t dst, int64_t sf_stride) {
   const int lane = threadIdx.x & 31;
   const int H = L.hidden, sf_cols = H / MM_SCALE_BLOCK;
   float* pool_x_sf = mm_ws<float>(L, MM_WS_POOL_X_SF);
   const float sf0 = lane < sf_cols ? s.sf[lane] : 0.f;
-  if (kX) mm_warp_copy16(mm_ws<uint8_t>(L, MM_WS_POOL_X) + dst * H, s.x, H);
+  mm_warp_copy16(mm_ws<uint8_t>(L, MM_WS_POOL_X) + dst * H, s.x, H);
   if (lane < sf_cols) pool_x_sf[(int64_t)lane * sf_stride + dst] = sf0;
   for (int i = lane + 32; i < sf_cols; i += 32) pool_x_sf[(int64_t)i * sf_stride + dst] = s.sf[i];
   if (lane == 0) {
@@ -376,17 +374,6 @@ MM_DEVICE void mm_pull_row_to(const mm_layer_view& L, int r, int le, int64_t dst
   mm_pull_copy(L, mm_pull_source(L, r, le), dst, sf_stride);
 }
 
-/* The whole warp: lane i's row source, which it looked up (mm_pull_source). */
-MM_DEVICE mm_pull_src mm_pull_src_of_lane(const mm_pull_src& mine, int i) {
-  mm_pull_src s;
-  s.x = reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(mine.x), i));
-  s.sf = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(mine.sf), i));
-  s.row.src_rank = __shfl_sync(0xffffffffu, mine.row.src_rank, i);
-  s.row.token_slot = __shfl_sync(0xffffffffu, mine.row.token_slot, i);
-  s.weight = __shfl_sync(0xffffffffu, mine.weight, i);
-  return s;
-}
-
 /* Rows r0 .. r0 + n - 1 (n <= 32, all of local expert le) by one warp into
  * rows dst0 .. dst0 + n - 1: the same stores as n calls of mm_pull_row_to,
  * but the n lookups run at once (lane i finds row r0 + i, and asks L2 for
@@ -399,7 +386,15 @@ MM_DEVICE void mm_pull_rows_to(const mm_layer_view& L, int r0, int n, int le, in
     mine = mm_pull_source(L, r0 + lane, le);
     if (mine.row.src_rank == L.rank) mm_bulk_prefetch_l2(mine.x, (uint32_t)L.hidden);
   }
-  for (int i = 0; i < n; ++i) mm_pull_copy(L, mm_pull_src_of_lane(mine, i), dst0 + i, sf_stride);
+  for (int i = 0; i < n; ++i) {
+    mm_pull_src s;
+    s.x = reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(mine.x), i));
+    s.sf = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(mine.sf), i));
+    s.row.src_rank = __shfl_sync(0xffffffffu, mine.row.src_rank, i);
+    s.row.token_slot = __shfl_sync(0xffffffffu, mine.row.token_slot, i);
+    s.weight = __shfl_sync(0xffffffffu, mine.weight, i);
+    mm_pull_copy(L, s, dst0 + i, sf_stride);
+  }
 }
 
 MM_DEVICE void mm_pull_row(const mm_layer_view& L, int r, int le) { mm_pull_row_to(L, r, le, r, L.pool_rows); }

@@ -51,8 +51,6 @@ typedef struct mm_route_hooks {
   int32_t capacity_site; /* MM_SITE_POOL (split) or MM_SITE_RING (fused) */
   int32_t has_call;      /* fused arm: publish `call` in phase B, judge every rank's in phase C */
   mm_call_tokens call;   /* this rank's (num_tokens, num_tokens_bound) as passed (bound 0: T_max) */
-  int32_t x_async_read;  /* the staged tokens are read by bulk copies (the async proxy) later in the
-                            kernel: each copying thread fences its stores for that proxy */
 } mm_route_hooks;
 
 /* The fused arm's num_tokens_bound verdict (fused.h, docs/FUSED.md section
@@ -149,10 +147,7 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
    * barriers and CTA 0's release of barrier 0, so a peer that pulls after
    * acquiring barrier 0 reads them (the route counts' chain, DESIGN.md
    * section 4). */
-  if (F.x) {
-    mm_grid_copy_bytes(mm_sym<uint8_t>(L, L.rank, MM_SYM_INPUT_X), F.x, (int64_t)F.num_tokens * L.hidden);
-    if (h.x_async_read) mm_fence_proxy_async_global(); /* the readers fence after their acquire too */
-  }
+  if (F.x) mm_grid_copy_bytes(mm_sym<uint8_t>(L, L.rank, MM_SYM_INPUT_X), F.x, (int64_t)F.num_tokens * L.hidden);
   if (F.x_sf)
     mm_grid_copy_bytes(mm_sym<uint8_t>(L, L.rank, MM_SYM_INPUT_X_SF), reinterpret_cast<const uint8_t*>(F.x_sf),
                        (int64_t)F.num_tokens * (L.hidden / 128) * 4);

@@ -34,7 +34,6 @@ MM_DEVICE bool mm_split_route(const mm_layer_view& L, const mm_forward_view& F, 
   h.capacity_site = MM_SITE_POOL;
   h.has_call = 0;
   h.call = mm_call_tokens{0, 0};
-  h.x_async_read = 0;
   /* Both GEMMs' tile counters, zeroed in phase A (before its grid
    * barrier): the L1 GEMM claims after the routing's last grid barrier
    * (the third, or the second in one-scan calls), the L2 GEMM in kernel 2. */

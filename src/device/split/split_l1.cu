@@ -1,9 +1,7 @@
 /* Kernel 1 of the split arm (split.h): its instantiations and launch. The L1
- * GEMM's tiles: 64x256 (SwiGLU G = 128, at most 64 rows per expert),
- * 128x256 (G = 128, more rows; G = 64 too with -DMM_GEMM_SWIGLU_WIDE_G64=1),
- * 128x128 (G = 64). The 256-wide ones store
- * full tiles' fp8 codes through the SwiGLU staging area and one TMA store
- * (the plan's fourth map). */
+ * GEMM's tiles (the engine's pick, at both G): 64x256 (at most 64 rows per
+ * expert), 128x256 (more rows). Both store full tiles' fp8 codes through the
+ * SwiGLU staging area and one TMA store (the plan's fourth map). */
 #include "split/split_kernels.cuh"
 #include "split/split_launch.cuh"
 
@@ -15,8 +13,6 @@ static const void* mm_split_l1_kernel_for(mm_gemm_tile tile, int a_sf_block) {
     case MM_GEMM_TILE_128x256:
       return reinterpret_cast<const void*>(
           &mm_split_l1_kernel<mm_gemm_cfg<128, 256, false, false, 1, false, false, true>>);
-    case MM_GEMM_TILE_128x128:
-      return reinterpret_cast<const void*>(&mm_split_l1_kernel<mm_gemm_cfg<128, 128, false, true, 1, false>>);
     default: return nullptr;
   }
 }
