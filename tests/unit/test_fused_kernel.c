@@ -12,10 +12,10 @@
 #include "unit.h"
 
 /* The engine's tile by rows per expert (mm_gemm_pick_tile; docs/PERF.md,
- * "Large tiles"): the SwiGLU L1 GEMM at G 128 takes 64x256 up to 64 rows
- * per expert and 128x256 above, at both G (G 64 took 128x128 above 128
- * rows until the twenty-eighth session); the bf16 GEMMs 64x256 (128x128 where n is not a multiple of 256)
- * up to 128 rows, then 256x128. */
+ * "Large tiles"): the SwiGLU L1 GEMM takes 64x256 up to 64 rows per expert
+ * and 128x256 above, at both G (G 64 took 128x128 above 128 rows until the
+ * twenty-eighth session); the bf16 GEMMs 64x256 (128x128 where n is not a
+ * multiple of 256) up to 128 rows, then 256x128. */
 static mm_test_result t_pick_tile_rule(void) {
   mm_gemm_problem p;
   memset(&p, 0, sizeof p);
@@ -163,7 +163,9 @@ static mm_test_result t_fused_smem_plans(void) {
       else ++smaller_cache;
     }
   CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_64x256, MM_GEMM_TILE_256x128, 128, 8, &pl) != MEGAMOE_OK); /* not instantiated */
-  CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256, 64, 8, &pl) != MEGAMOE_OK); /* G 64's old L1 */
+  /* G 64's old pairs (L1 128x128), no longer picked */
+  CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x128, MM_GEMM_TILE_128x256, 64, 8, &pl) != MEGAMOE_OK);
+  CHECK(mm_fused_smem_plan_of(MM_GEMM_TILE_128x128, MM_GEMM_TILE_256x128, 64, 8, &pl) != MEGAMOE_OK);
   printf("    %lld (pair, E_l) layouts fit: %lld with the full task cache, %lld with a smaller one, none lost a stage\n",
          (long long)fits, (long long)full_cache, (long long)smaller_cache);
   return MM_TEST_PASS;

@@ -181,11 +181,6 @@ static inline __host__ __device__ uint32_t mm_fused_task_cache_entries(int exper
   return 0;
 }
 
-template <class C1, class C2>
-static inline __host__ __device__ mm_gemm_layout mm_fused_layout(int experts) {
-  return mm_fused_layout_with<C1, C2>(experts, mm_fused_task_cache_entries<C1, C2>(experts));
-}
-
 /* What the producer warpgroup's roles share, in static shared memory
  * (written by thread 0 before the roles start). They run under
  * MM_FUSED_PRODUCER_REGS registers after setmaxnreg.dec: every value live
