@@ -41,7 +41,8 @@ enum {
   MM_BENCH_OPT_BACK_TO_BACK = 1 << 10,
   MM_BENCH_OPT_TIMELINE = 1 << 11,
   MM_BENCH_OPT_CLOCKS = 1 << 12,
-  MM_BENCH_OPT_GROUP = 1 << 13
+  MM_BENCH_OPT_GROUP = 1 << 13,
+  MM_BENCH_OPT_RATES = 1 << 14
 };
 
 enum { MM_BENCH_PDL_OFF = 0, MM_BENCH_PDL_ON = 1, MM_BENCH_PDL_BOTH = 2 };
@@ -67,6 +68,8 @@ typedef struct mm_bench_layer_opts {
                                          cell (0: off, unless MEGAMOE_TIMELINE=1, which means 1) */
   int pdl;                            /* --pdl: MM_BENCH_PDL_OFF (default), _ON, or _BOTH (each persistent
                                          arm timed both ways in the same rounds; rows "<arm>-pdl") */
+  int rates;                          /* --rates: the floors' rates, MM_RATES_MEASURED (default) or
+                                         MM_RATES_DESIGN (bench_rates.h) */
   const char* csv_path;               /* --csv: the rows as CSV (bench_report.h); NULL: none */
   const char* json_path;              /* --json: the rows as JSON; NULL: none */
   unsigned given;                     /* MM_BENCH_OPT_* bits */

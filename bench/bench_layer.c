@@ -37,16 +37,13 @@
 
 #include "bench.h"
 #include "bench_clocks.h"
+#include "bench_rates.h"
 #include "bench_report.h"
 #include "cli.h"
 #include "host/procs.h"
 #include "megamoe.h"
 #include "host/timeline.h"
 
-/* Measured on the H200 machines (docs/DESIGN.md section 6). */
-#define FP8_TFLOPS 1458.0     /* cuBLAS fp8, per-tensor scale, 8192^3 */
-#define HBM_READ_GBS 4470.0   /* HBM read-only */
-#define NVLINK_GBS 365.0      /* SM-driven writes/reads over NVLink, one way */
 
 #define MAX_ARMS MEGAMOE_ARM_COUNT
 /* A timed slot: one layer (arm) with programmatic launch off or on (--pdl). */
@@ -234,12 +231,32 @@ static int print_timeline(const tl_stat* st, int forwards, int ctas, const char*
 
 /* One row of the table on stdout, from the row the files get. W GB/s: the
  * touched weights' bytes over the call's time, the rate the HBM floor
- * assumes at HBM_READ_GBS (floor_hbm_us is those bytes at that rate). */
-static void print_row(const mm_bench_row* r) {
+ * assumes at hbm_gbs (floor_hbm_us is those bytes at that rate). */
+static void print_row(const mm_bench_row* r, double hbm_gbs) {
   printf("%-9s %7lld %10.1f %8.1f %9.1f %9.1f %8.1f %9.1f %9.1f %8.0f %9.1f %7.2f\n", r->arm, (long long)r->tokens, r->us,
          r->tflops, r->nvl_gbs, r->symm_mib, r->workspace_mib, r->floor_compute_us, r->floor_hbm_us,
-         r->floor_hbm_us * HBM_READ_GBS / r->us, r->floor_nvl_us, r->us / mm_bench_row_floor(r));
+         r->floor_hbm_us * hbm_gbs / r->us, r->floor_nvl_us, r->us / mm_bench_row_floor(r));
   fflush(stdout);
+}
+
+/* The rates of the floors (bench_rates.h): each rank measures its GPU before
+ * any layer memory exists, and every rank takes the slowest rank's rates; if
+ * a rank's measurement failed (it says why), every rank takes DESIGN.md's. */
+static int bench_rates(const bench_opts* o, int rank, ncclComm_t comm, cudaStream_t stream, mm_bench_rates* rates) {
+  mm_bench_rates_design(rates);
+  if (o->rates == MM_RATES_DESIGN) return 0;
+  char why[256];
+  const int failed = mm_bench_rates_measure(rates, why, sizeof why) != 0;
+  if (failed) fprintf(stderr, "rank %d: measuring the floors' rates failed (%s): DESIGN.md's used\n", rank, why);
+  double v[3] = {failed, -rates->fp8_tflops, -rates->hbm_read_gbs}; /* max of the negatives: the slowest rank */
+  if (allreduce_max(v, 3, comm, stream, rank) != 0) return -1;
+  if (v[0] > 0) {
+    mm_bench_rates_design(rates);
+  } else {
+    rates->fp8_tflops = -v[1];
+    rates->hbm_read_gbs = -v[2];
+  }
+  return 0;
 }
 
 static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vctx) {
@@ -249,6 +266,8 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
   MK(megamoe_comm_create(rank, num_ranks, id, &comm));
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  mm_bench_rates rates;
+  if (bench_rates(o, rank, comm, stream, &rates) != 0) return 3;
   const int64_t H = o->hidden, I = o->intermediate, Tm = o->max_tokens;
   const int E = o->experts_total, K = o->top_k, El = E / num_ranks;
 
@@ -375,9 +394,10 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
              o->iters, o->rounds);
     const char* engine = getenv("MEGAMOE_GEMM");
     printf("GEMM engine: %s (MEGAMOE_GEMM)\n", engine && !strcmp(engine, "simple") ? "simple" : "wgmma");
-    printf("floors per rank: compute at %.0f TFLOP/s fp8, HBM = touched weights at %.0f GB/s, NVLink = bytes in at %.0f GB/s;\n"
-           "W GB/s = the touched weights' bytes over the time (the rate the HBM floor assumes: %.0f)\n\n",
-           FP8_TFLOPS, HBM_READ_GBS, NVLINK_GBS, HBM_READ_GBS);
+    char line[512];
+    mm_bench_rates_format(&rates, line, sizeof line);
+    printf("%s;\nW GB/s = the touched weights' bytes over the time (the rate the HBM floor assumes: %.0f)\n\n", line,
+           rates.hbm_read_gbs);
     printf("%-9s %7s %10s %8s %9s %9s %8s %9s %9s %8s %9s %7s\n", "arm", "T/rank", "us", "TFLOP/s", "NVL GB/s",
            "symm MiB", "ws MiB", "fl.comp", "fl.HBM", "W GB/s", "fl.NVL", "x floor");
   }
@@ -472,8 +492,8 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
     const double flops = 2.0 * rs.routed * 3.0 * (double)H * (double)I;
     const double weight_bytes = rs.experts_hit * (3.0 * (double)H * (double)I);
     const double nvl_bytes = rs.remote_in * ((double)H + (double)H / 32.0) + rs.my_remote * 2.0 * (double)H;
-    double floors[4] = {flops / (FP8_TFLOPS * 1e12) * 1e6, weight_bytes / (HBM_READ_GBS * 1e9) * 1e6,
-                        nvl_bytes / (NVLINK_GBS * 1e9) * 1e6, flops};
+    double floors[4] = {flops / (rates.fp8_tflops * 1e12) * 1e6, weight_bytes / (rates.hbm_read_gbs * 1e9) * 1e6,
+                        nvl_bytes / (rates.nvlink_gbs * 1e9) * 1e6, flops};
     double nvl_rate[1] = {0};
     if (allreduce_max(floors, 4, comm, stream, rank) != 0) return 3;
     for (int s = 0; s < num_slots; ++s) {
@@ -486,7 +506,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
         *row = (mm_bench_row){slot_name[s], num_ranks, T, El, H, I, K, o->group, worst[s],
                               floors[3] / (worst[s] * 1e-6) / 1e12, rate, floors[0], floors[1], floors[2],
                               sym_bytes[a] / 1048576.0, ws_bytes[a] / 1048576.0};
-        print_row(row);
+        print_row(row, rates.hbm_read_gbs);
         if (clocks) {
           char line[320];
           mm_clock_stats_format(&cell_clocks[s], line, (int)sizeof line);

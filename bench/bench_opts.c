@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "bench_rates.h"
 #include "bench_report.h"
 #include "gemm/gemm.h"
 #include "cli.h"
@@ -87,6 +88,11 @@ int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o) {
       static const int values[] = {MM_BENCH_PDL_OFF, MM_BENCH_PDL_ON, MM_BENCH_PDL_BOTH};
       bad = mm_cli_choice("bench", a, mm_cli_value("bench", argc, argv, &i), names, values, 3, &o->pdl) != 0;
       o->given |= MM_BENCH_OPT_PDL;
+    } else if (!strcmp(a, "--rates")) {
+      static const char* const names[] = {"measured", "design"};
+      static const int values[] = {MM_RATES_MEASURED, MM_RATES_DESIGN};
+      bad = mm_cli_choice("bench", a, mm_cli_value("bench", argc, argv, &i), names, values, 2, &o->rates) != 0;
+      o->given |= MM_BENCH_OPT_RATES;
     } else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) {
       const char* v = mm_cli_value("bench", argc, argv, &i);
       bad = !v || mm_bench_check_writable("bench", a, v) != 0;

@@ -62,6 +62,10 @@ static const char* const kUsageBench =
     "      --pdl off|on|both      programmatic dependent launch of the persistent arms' kernels\n"
     "                             (megamoe_set_programmatic_launch; off); both: each such arm timed\n"
     "                             both ways in the same bracketed rounds, rows <arm>-pdl\n"
+    "      --rates measured|design  the rates of the floors: measured on each rank's GPU before the layers\n"
+    "                             (cuBLASLt fp8 8192^3, a 2 GiB read-only stream; the slowest rank's;\n"
+    "                             ~1 s), or DESIGN.md section 6's H200 figures (1458 TFLOP/s, 4470 GB/s);\n"
+    "                             NVLink at DESIGN.md's 365 GB/s either way\n"
     "      --csv FILE, --json FILE  also write the rows there: one per (arm, tokens, experts per rank) with\n"
     "                             us, TFLOP/s, floors, MiB, vs_<arm> = us / that arm's us (no GPU: the\n"
     "                             reference's rows); a progress line per cell goes to stderr\n"
@@ -402,7 +406,7 @@ static int bench_without_gpu(const mm_bench_layer_opts* o) {
                   {MM_BENCH_OPT_ITERS, "--iters"},   {MM_BENCH_OPT_ROUNDS, "--rounds"},
                   {MM_BENCH_OPT_MAX_TOKENS, "--max-tokens"}, {MM_BENCH_OPT_PDL, "--pdl"},
                   {MM_BENCH_OPT_BACK_TO_BACK, "--back-to-back"}, {MM_BENCH_OPT_TIMELINE, "--timeline"},
-                  {MM_BENCH_OPT_CLOCKS, "--clocks"}};
+                  {MM_BENCH_OPT_CLOCKS, "--clocks"}, {MM_BENCH_OPT_RATES, "--rates"}};
   const int R = (o->given & MM_BENCH_OPT_RANKS) ? o->ranks : 4;
   const int64_t default_points[1] = {256};
   const int64_t* points = (o->given & MM_BENCH_OPT_TOKENS) ? o->tokens : default_points;
@@ -412,7 +416,7 @@ static int bench_without_gpu(const mm_bench_layer_opts* o) {
          4 * R, o->group, R);
   for (int p = 0; p < num_points; ++p) printf("%s%lld", p ? "," : " ", (long long)points[p]);
   printf(")\n");
-  char ignored[128] = "";
+  char ignored[256] = "";
   for (size_t i = 0; i < sizeof kIgnored / sizeof kIgnored[0]; ++i)
     if (o->given & kIgnored[i].bit) {
       if (ignored[0]) strcat(ignored, ", ");

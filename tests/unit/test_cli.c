@@ -239,9 +239,12 @@ static mm_test_result test_bench_without_gpu_honours_options(void) {
   CHECK_LACKS(r->out, "ignored");
   /* The GPU-only timing options parse, are named as ignored, and a bad
    * --pdl value is a usage error naming it. */
-  RUN(r, "bench", "--tokens", "16", "--pdl", "both", "--back-to-back", "--timeline", "20", "--clocks");
+  RUN(r, "bench", "--tokens", "16", "--pdl", "both", "--back-to-back", "--timeline", "20", "--clocks", "--rates",
+      "design");
   CHECK_MSG(r->status == MM_EXIT_OK, "exit %d; stderr: %s", r->status, r->err);
-  CHECK_HAS(r->out, "ignored without a GPU: --pdl, --back-to-back, --timeline, --clocks");
+  CHECK_HAS(r->out, "ignored without a GPU: --pdl, --back-to-back, --timeline, --clocks, --rates");
+  RUN(r, "bench", "--rates", "h200");
+  CHECK_USAGE_ERROR(r, "--rates h200");
   RUN(r, "bench", "--timeline", "0");
   CHECK_USAGE_ERROR(r, "--timeline");
   RUN(r, "bench", "--timeline", "1001");

@@ -1,0 +1,203 @@
+/* The machine rates behind the bench's floors, measured on the current GPU
+ * (bench_rates.h). Host code plus one read kernel. */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+#include "bench_rates.h"
+
+namespace {
+
+constexpr int kReadPasses = 8;  /* best of: the first pass also maps the pages */
+constexpr int kGemmRuns = 10;   /* best of, after one warm-up */
+constexpr int kReadUnroll = 4;  /* independent 16-byte loads in flight per thread */
+
+/* Every 16-byte word of p once: kReadUnroll loads per thread per step so the
+ * SM keeps enough bytes in flight to saturate HBM; the XOR keeps the loads
+ * (sink is written practically never). words: a multiple of the grid's
+ * threads times kReadUnroll (the caller sizes the buffer so). */
+__global__ void read_stream_kernel(const uint4* p, int64_t words, uint32_t* sink) {
+  const int64_t threads = (int64_t)gridDim.x * blockDim.x;
+  uint32_t x = 0;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += kReadUnroll * threads) {
+    uint4 v[kReadUnroll];
+#pragma unroll
+    for (int u = 0; u < kReadUnroll; ++u) v[u] = __ldcs(p + i + u * threads);
+#pragma unroll
+    for (int u = 0; u < kReadUnroll; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (x == 0x9e3779b9u) *sink = x;
+}
+
+/* Why a step failed, into why[] (the first failure only). */
+struct failure {
+  char* why;
+  size_t size;
+  bool set;
+  int cuda(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return 0;
+    if (!set) snprintf(why, size, "%s: %s", what, cudaGetErrorString(e));
+    set = true;
+    return -1;
+  }
+  int lt(cublasStatus_t s, const char* what) {
+    if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    if (!set) snprintf(why, size, "%s: cuBLAS status %d", what, (int)s);
+    set = true;
+    return -1;
+  }
+};
+
+/* Best of kReadPasses events-timed passes over MM_RATE_HBM_BYTES. */
+int measure_hbm(failure& f, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, double* gbs) {
+  int dev = 0, sms = 0;
+  if (f.cuda(cudaGetDevice(&dev), "device") ||
+      f.cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count"))
+    return -1;
+  const int blocks = 4 * sms, threads = 256;
+  const size_t step = (size_t)blocks * threads * kReadUnroll * 16;
+  const size_t bytes = MM_RATE_HBM_BYTES / step * step;
+  void* buf = nullptr;
+  uint32_t* sink = nullptr;
+  int rc = -1;
+  if (f.cuda(cudaMalloc(&buf, bytes), "HBM read buffer") || f.cuda(cudaMalloc(&sink, sizeof *sink), "sink")) goto done;
+  /* Random bytes: a buffer of zeros could read from compressed memory. */
+  if (mm_bench_fill_fp8(buf, bytes, 1.0f, 77, stream) != 0) {
+    f.cuda(cudaErrorLaunchFailure, "buffer fill");
+    goto done;
+  }
+  {
+    float best_ms = 0.f;
+    for (int pass = 0; pass < kReadPasses; ++pass) {
+      if (f.cuda(cudaEventRecord(e0, stream), "event")) goto done;
+      read_stream_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4*>(buf), (int64_t)(bytes / 16), sink);
+      if (f.cuda(cudaGetLastError(), "read kernel launch") || f.cuda(cudaEventRecord(e1, stream), "event") ||
+          f.cuda(cudaEventSynchronize(e1), "read kernel"))
+        goto done;
+      float ms = 0.f;
+      if (f.cuda(cudaEventElapsedTime(&ms, e0, e1), "event time")) goto done;
+      if (pass == 0 || ms < best_ms) best_ms = ms;
+    }
+    *gbs = (double)bytes / (best_ms * 1e-3) / 1e9;
+    rc = 0;
+  }
+done:
+  if (buf) cudaFree(buf);
+  if (sink) cudaFree(sink);
+  return rc;
+}
+
+/* Best of kGemmRuns cuBLASLt fp8 GEMMs, D[bf16] = A[M, K] B[N, K]^T, the
+ * TN form cuBLASLt takes fp8 in, no scale pointers (per-tensor scales of 1). */
+int measure_fp8(failure& f, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, double* tflops) {
+  const int n = MM_RATE_GEMM_DIM;
+  const size_t in_bytes = (size_t)n * n, out_bytes = (size_t)n * n * 2, ws_bytes = (size_t)32 << 20;
+  void *a = nullptr, *b = nullptr, *d = nullptr, *ws = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulHeuristicResult_t heur;
+  int found = 0, rc = -1;
+  const float alpha = 1.f, beta = 0.f;
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  if (f.cuda(cudaMalloc(&a, in_bytes), "GEMM A") || f.cuda(cudaMalloc(&b, in_bytes), "GEMM B") ||
+      f.cuda(cudaMalloc(&d, out_bytes), "GEMM D") || f.cuda(cudaMalloc(&ws, ws_bytes), "cuBLASLt workspace"))
+    goto done;
+  /* Random codes as a layer's (the rate depends on the bits' activity). */
+  if (mm_bench_fill_fp8(a, in_bytes, 1.0f, 78, stream) != 0 || mm_bench_fill_fp8(b, in_bytes, 1.0f, 79, stream) != 0) {
+    f.cuda(cudaErrorLaunchFailure, "GEMM input fill");
+    goto done;
+  }
+  if (f.lt(cublasLtCreate(&lt), "cublasLtCreate") ||
+      f.lt(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor") ||
+      f.lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA") ||
+      f.lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB") ||
+      f.lt(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, (uint64_t)n, (uint64_t)n, (int64_t)n), "layout A") ||
+      f.lt(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, (uint64_t)n, (uint64_t)n, (int64_t)n), "layout B") ||
+      f.lt(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, (uint64_t)n, (uint64_t)n, (int64_t)n), "layout D") ||
+      f.lt(cublasLtMatmulPreferenceCreate(&pref), "preference") ||
+      f.lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                sizeof ws_bytes),
+           "workspace preference") ||
+      f.lt(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found), "heuristic"))
+    goto done;
+  if (found < 1) {
+    f.lt(CUBLAS_STATUS_NOT_SUPPORTED, "heuristic (no fp8 algorithm)");
+    goto done;
+  }
+  {
+    float best_ms = 0.f;
+    for (int run = 0; run <= kGemmRuns; ++run) { /* run 0: warm-up, untimed */
+      if (f.cuda(cudaEventRecord(e0, stream), "event") ||
+          f.lt(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo, ws, ws_bytes, stream),
+               "cublasLtMatmul") ||
+          f.cuda(cudaEventRecord(e1, stream), "event") || f.cuda(cudaEventSynchronize(e1), "fp8 GEMM"))
+        goto done;
+      float ms = 0.f;
+      if (f.cuda(cudaEventElapsedTime(&ms, e0, e1), "event time")) goto done;
+      if (run == 1 || (run > 1 && ms < best_ms)) best_ms = ms;
+    }
+    *tflops = 2.0 * n * (double)n * n / (best_ms * 1e-3) / 1e12;
+    rc = 0;
+  }
+done:
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (la) cublasLtMatrixLayoutDestroy(la);
+  if (lb) cublasLtMatrixLayoutDestroy(lb);
+  if (ld) cublasLtMatrixLayoutDestroy(ld);
+  if (desc) cublasLtMatmulDescDestroy(desc);
+  if (lt) cublasLtDestroy(lt);
+  for (void* p : {a, b, d, ws})
+    if (p) cudaFree(p);
+  return rc;
+}
+
+}  // namespace
+
+extern "C" void mm_bench_rates_design(mm_bench_rates* r) {
+  r->fp8_tflops = MM_RATE_DESIGN_FP8_TFLOPS;
+  r->hbm_read_gbs = MM_RATE_DESIGN_HBM_READ_GBS;
+  r->nvlink_gbs = MM_RATE_DESIGN_NVLINK_GBS;
+  r->source = MM_RATES_DESIGN;
+}
+
+extern "C" int mm_bench_rates_measure(mm_bench_rates* r, char* why, size_t why_size) {
+  mm_bench_rates_design(r);
+  failure f = {why, why_size, false};
+  if (why_size) why[0] = '\0';
+  cudaStream_t stream = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  double gbs = 0, tflops = 0;
+  int rc = -1;
+  if (!f.cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream") &&
+      !f.cuda(cudaEventCreate(&e0), "event") && !f.cuda(cudaEventCreate(&e1), "event") &&
+      measure_hbm(f, stream, e0, e1, &gbs) == 0 && measure_fp8(f, stream, e0, e1, &tflops) == 0) {
+    r->hbm_read_gbs = gbs;
+    r->fp8_tflops = tflops;
+    r->source = MM_RATES_MEASURED;
+    rc = 0;
+  }
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  if (stream) cudaStreamDestroy(stream);
+  return rc;
+}
+
+extern "C" void mm_bench_rates_format(const mm_bench_rates* r, char* line, size_t size) {
+  if (r->source == MM_RATES_MEASURED)
+    snprintf(line, size,
+             "floors per rank, at this machine's rates (the slowest rank's, measured before the layers: cuBLASLt fp8 "
+             "%dx%dx%d, per-tensor scales; a %zu MiB read-only stream): compute at %.0f TFLOP/s fp8, HBM = touched "
+             "weights at %.0f GB/s, NVLink = bytes in at %.0f GB/s (DESIGN.md section 6, not measured)",
+             MM_RATE_GEMM_DIM, MM_RATE_GEMM_DIM, MM_RATE_GEMM_DIM, MM_RATE_HBM_BYTES >> 20, r->fp8_tflops,
+             r->hbm_read_gbs, r->nvlink_gbs);
+  else
+    snprintf(line, size,
+             "floors per rank, at DESIGN.md section 6's H200 rates (--rates design, or the measurement failed): "
+             "compute at %.0f TFLOP/s fp8, HBM = touched weights at %.0f GB/s, NVLink = bytes in at %.0f GB/s",
+             r->fp8_tflops, r->hbm_read_gbs, r->nvlink_gbs);
+}

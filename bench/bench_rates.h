@@ -1,0 +1,58 @@
+/* The machine rates behind `megamoe bench`'s floors (compute, HBM, NVLink).
+ *
+ * Why measured: the floors were DESIGN.md section 6's H200 figures (1458
+ * TFLOP/s fp8, 4470 GB/s HBM read), printed the same on the H100s most
+ * sessions got, whose HBM3 streams ~3 TB/s: every "x floor" there was
+ * against another machine. By default the bench now measures the first two
+ * on each rank's GPU before it creates a layer (about a second) and uses the
+ * slowest rank's; `--rates design` keeps DESIGN.md's figures (to compare
+ * with rows printed before). NVLink is DESIGN.md's figure either way (it
+ * needs two GPUs and is a property of the machine kind, not of a card). */
+#ifndef MEGAMOE_BENCH_RATES_H
+#define MEGAMOE_BENCH_RATES_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* DESIGN.md section 6, measured on the 2 x H200 NVLink machine. */
+#define MM_RATE_DESIGN_FP8_TFLOPS 1458.0 /* cuBLAS fp8, per-tensor scales, 8192^3 */
+#define MM_RATE_DESIGN_HBM_READ_GBS 4470.0 /* HBM read-only */
+#define MM_RATE_DESIGN_NVLINK_GBS 365.0    /* SM-driven writes/reads over NVLink, one way */
+
+/* The measured GEMM: M = N = K = MM_RATE_GEMM_DIM, fp8 e4m3 in, bf16 out,
+ * per-tensor scales (cuBLASLt's default), fp32 accumulation without fast
+ * accumulation: the same definition as DESIGN.md's 1458. */
+#define MM_RATE_GEMM_DIM 8192
+/* The HBM read: a buffer far larger than the 50-60 MB L2, read once per
+ * pass with 16-byte loads, best of the passes. */
+#define MM_RATE_HBM_BYTES ((size_t)2 << 30)
+
+typedef enum { MM_RATES_MEASURED = 0, MM_RATES_DESIGN = 1 } mm_rates_source;
+
+typedef struct mm_bench_rates {
+  double fp8_tflops;   /* dense fp8 GEMM rate the compute floor assumes */
+  double hbm_read_gbs; /* HBM read rate the weight floor assumes */
+  double nvlink_gbs;   /* one-way NVLink rate the NVLink floor assumes */
+  mm_rates_source source;
+} mm_bench_rates;
+
+/* DESIGN.md's three figures. */
+void mm_bench_rates_design(mm_bench_rates* r);
+
+/* Measures fp8_tflops and hbm_read_gbs on the current CUDA device (nvlink_gbs
+ * is DESIGN.md's). 0 on success; -1 with why[] naming the step that failed
+ * (*r then holds DESIGN.md's figures). Allocates MM_RATE_HBM_BYTES plus
+ * ~260 MB of device memory and frees it before returning. */
+int mm_bench_rates_measure(mm_bench_rates* r, char* why, size_t why_size);
+
+/* The header line of the bench's floors for these rates (no newline). */
+void mm_bench_rates_format(const mm_bench_rates* r, char* line, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
