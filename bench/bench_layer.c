@@ -241,13 +241,14 @@ static void print_row(const mm_bench_row* r, double hbm_gbs) {
 
 /* The rates of the floors (bench_rates.h): each rank measures its GPU before
  * any layer memory exists, and every rank takes the slowest rank's rates; if
- * a rank's measurement failed (it says why), every rank takes DESIGN.md's. */
+ * a rank's measurement failed (it says why), every rank takes the design
+ * rates. */
 static int bench_rates(const bench_opts* o, int rank, ncclComm_t comm, cudaStream_t stream, mm_bench_rates* rates) {
   mm_bench_rates_design(rates);
   if (o->rates == MM_RATES_DESIGN) return 0;
   char why[256];
   const int failed = mm_bench_rates_measure(rates, why, sizeof why) != 0;
-  if (failed) fprintf(stderr, "rank %d: measuring the floors' rates failed (%s): DESIGN.md's used\n", rank, why);
+  if (failed) fprintf(stderr, "rank %d: measuring the floors' rates failed (%s): the design rates used\n", rank, why);
   double v[3] = {failed, -rates->fp8_tflops, -rates->hbm_read_gbs}; /* max of the negatives: the slowest rank */
   if (allreduce_max(v, 3, comm, stream, rank) != 0) return -1;
   if (v[0] > 0) {
@@ -505,7 +506,8 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
         mm_bench_row* row = &rows[num_rows++];
         *row = (mm_bench_row){slot_name[s], num_ranks, T, El, H, I, K, o->group, worst[s],
                               floors[3] / (worst[s] * 1e-6) / 1e12, rate, floors[0], floors[1], floors[2],
-                              sym_bytes[a] / 1048576.0, ws_bytes[a] / 1048576.0};
+                              sym_bytes[a] / 1048576.0, ws_bytes[a] / 1048576.0, rates.fp8_tflops,
+                              rates.hbm_read_gbs, rates.source == MM_RATES_MEASURED ? "measured" : "design"};
         print_row(row, rates.hbm_read_gbs);
         if (clocks) {
           char line[320];

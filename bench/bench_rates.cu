@@ -11,9 +11,12 @@
 
 namespace {
 
-constexpr int kReadPasses = 8;  /* best of: the first pass also maps the pages */
-constexpr int kGemmRuns = 10;   /* best of, after one warm-up */
-constexpr int kReadUnroll = 4;  /* independent 16-byte loads in flight per thread */
+/* Each timing covers kBatch launches back to back (so a launch's host cost
+ * and an idle gap's clock boost weigh little); the best of kBatches timings
+ * after one untimed warm-up batch. */
+constexpr int kBatch = 4;
+constexpr int kBatches = 3;
+constexpr int kReadUnroll = 4; /* independent 16-byte loads in flight per thread */
 
 /* Every 16-byte word of p once: kReadUnroll loads per thread per step so the
  * SM keeps enough bytes in flight to saturate HBM; the XOR keeps the loads
@@ -49,9 +52,32 @@ struct failure {
     set = true;
     return -1;
   }
+  int fail(const char* what) {
+    if (!set) snprintf(why, size, "%s", what);
+    set = true;
+    return -1;
+  }
 };
 
-/* Best of kReadPasses events-timed passes over MM_RATE_HBM_BYTES. */
+/* Best time in ms of kBatches batches of kBatch calls of launch() (each
+ * returns 0 or -1), after one untimed batch. */
+template <class Launch>
+int time_best(failure& f, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, Launch launch, float* best_ms) {
+  for (int batch = 0; batch <= kBatches; ++batch) {
+    if (f.cuda(cudaEventRecord(e0, stream), "event")) return -1;
+    for (int k = 0; k < kBatch; ++k)
+      if (launch()) return -1;
+    float ms = 0.f;
+    if (f.cuda(cudaEventRecord(e1, stream), "event") || f.cuda(cudaEventSynchronize(e1), "timed batch") ||
+        f.cuda(cudaEventElapsedTime(&ms, e0, e1), "event time"))
+      return -1;
+    ms /= kBatch;
+    if (batch == 1 || (batch > 1 && ms < *best_ms)) *best_ms = ms; /* batch 0: warm-up */
+  }
+  return 0;
+}
+
+/* The read rate over MM_RATE_HBM_BYTES (time_best of whole passes). */
 int measure_hbm(failure& f, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, double* gbs) {
   int dev = 0, sms = 0;
   if (f.cuda(cudaGetDevice(&dev), "device") ||
@@ -63,24 +89,16 @@ int measure_hbm(failure& f, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1,
   void* buf = nullptr;
   uint32_t* sink = nullptr;
   int rc = -1;
-  if (f.cuda(cudaMalloc(&buf, bytes), "HBM read buffer") || f.cuda(cudaMalloc(&sink, sizeof *sink), "sink")) goto done;
-  /* Random bytes: a buffer of zeros could read from compressed memory. */
-  if (mm_bench_fill_fp8(buf, bytes, 1.0f, 77, stream) != 0) {
-    f.cuda(cudaErrorLaunchFailure, "buffer fill");
+  if (f.cuda(cudaMalloc(&buf, bytes), "HBM read buffer") || f.cuda(cudaMalloc(&sink, sizeof *sink), "sink") ||
+      f.cuda(cudaMemsetAsync(buf, 0x5a, bytes, stream), "buffer fill"))
     goto done;
-  }
   {
     float best_ms = 0.f;
-    for (int pass = 0; pass < kReadPasses; ++pass) {
-      if (f.cuda(cudaEventRecord(e0, stream), "event")) goto done;
+    auto pass = [&]() {
       read_stream_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4*>(buf), (int64_t)(bytes / 16), sink);
-      if (f.cuda(cudaGetLastError(), "read kernel launch") || f.cuda(cudaEventRecord(e1, stream), "event") ||
-          f.cuda(cudaEventSynchronize(e1), "read kernel"))
-        goto done;
-      float ms = 0.f;
-      if (f.cuda(cudaEventElapsedTime(&ms, e0, e1), "event time")) goto done;
-      if (pass == 0 || ms < best_ms) best_ms = ms;
-    }
+      return f.cuda(cudaGetLastError(), "read kernel launch");
+    };
+    if (time_best(f, stream, e0, e1, pass, &best_ms)) goto done;
     *gbs = (double)bytes / (best_ms * 1e-3) / 1e9;
     rc = 0;
   }
@@ -90,7 +108,7 @@ done:
   return rc;
 }
 
-/* Best of kGemmRuns cuBLASLt fp8 GEMMs, D[bf16] = A[M, K] B[N, K]^T, the
+/* The rate of a cuBLASLt fp8 GEMM (time_best), D[bf16] = A[M, K] B[N, K]^T, the
  * TN form cuBLASLt takes fp8 in, no scale pointers (per-tensor scales of 1). */
 int measure_fp8(failure& f, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, double* tflops) {
   const int n = MM_RATE_GEMM_DIM;
@@ -107,9 +125,10 @@ int measure_fp8(failure& f, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1,
   if (f.cuda(cudaMalloc(&a, in_bytes), "GEMM A") || f.cuda(cudaMalloc(&b, in_bytes), "GEMM B") ||
       f.cuda(cudaMalloc(&d, out_bytes), "GEMM D") || f.cuda(cudaMalloc(&ws, ws_bytes), "cuBLASLt workspace"))
     goto done;
-  /* Random codes as a layer's (the rate depends on the bits' activity). */
+  /* Random codes as a layer's (the power drawn, so the clock, depends on
+   * the bits' activity). */
   if (mm_bench_fill_fp8(a, in_bytes, 1.0f, 78, stream) != 0 || mm_bench_fill_fp8(b, in_bytes, 1.0f, 79, stream) != 0) {
-    f.cuda(cudaErrorLaunchFailure, "GEMM input fill");
+    f.fail("GEMM input fill: launch failed");
     goto done;
   }
   if (f.lt(cublasLtCreate(&lt), "cublasLtCreate") ||
@@ -126,21 +145,16 @@ int measure_fp8(failure& f, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1,
       f.lt(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found), "heuristic"))
     goto done;
   if (found < 1) {
-    f.lt(CUBLAS_STATUS_NOT_SUPPORTED, "heuristic (no fp8 algorithm)");
+    f.fail("cuBLASLt heuristic: no fp8 algorithm");
     goto done;
   }
   {
     float best_ms = 0.f;
-    for (int run = 0; run <= kGemmRuns; ++run) { /* run 0: warm-up, untimed */
-      if (f.cuda(cudaEventRecord(e0, stream), "event") ||
-          f.lt(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo, ws, ws_bytes, stream),
-               "cublasLtMatmul") ||
-          f.cuda(cudaEventRecord(e1, stream), "event") || f.cuda(cudaEventSynchronize(e1), "fp8 GEMM"))
-        goto done;
-      float ms = 0.f;
-      if (f.cuda(cudaEventElapsedTime(&ms, e0, e1), "event time")) goto done;
-      if (run == 1 || (run > 1 && ms < best_ms)) best_ms = ms;
-    }
+    auto gemm = [&]() {
+      return f.lt(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo, ws, ws_bytes, stream),
+                  "cublasLtMatmul");
+    };
+    if (time_best(f, stream, e0, e1, gemm, &best_ms)) goto done;
     *tflops = 2.0 * n * (double)n * n / (best_ms * 1e-3) / 1e12;
     rc = 0;
   }
@@ -176,14 +190,24 @@ extern "C" int mm_bench_rates_measure(mm_bench_rates* r, char* why, size_t why_s
   if (!f.cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream") &&
       !f.cuda(cudaEventCreate(&e0), "event") && !f.cuda(cudaEventCreate(&e1), "event") &&
       measure_hbm(f, stream, e0, e1, &gbs) == 0 && measure_fp8(f, stream, e0, e1, &tflops) == 0) {
-    r->hbm_read_gbs = gbs;
-    r->fp8_tflops = tflops;
-    r->source = MM_RATES_MEASURED;
-    rc = 0;
+    const double lo = MM_RATE_PLAUSIBLE_LO, hi = MM_RATE_PLAUSIBLE_HI;
+    if (gbs < lo * r->hbm_read_gbs || gbs > hi * r->hbm_read_gbs || tflops < lo * r->fp8_tflops ||
+        tflops > hi * r->fp8_tflops) {
+      snprintf(why, why_size, "implausible: %.0f GB/s and %.0f TFLOP/s (outside %.1f-%.1fx the design rates)", gbs,
+               tflops, lo, hi);
+    } else {
+      r->hbm_read_gbs = gbs;
+      r->fp8_tflops = tflops;
+      r->source = MM_RATES_MEASURED;
+      rc = 0;
+    }
   }
   if (e0) cudaEventDestroy(e0);
   if (e1) cudaEventDestroy(e1);
   if (stream) cudaStreamDestroy(stream);
+  /* A failed step's error (e.g. an allocation's) must not be taken for the
+   * caller's next one. */
+  if (rc != 0) (void)cudaGetLastError();
   return rc;
 }
 
@@ -192,12 +216,12 @@ extern "C" void mm_bench_rates_format(const mm_bench_rates* r, char* line, size_
     snprintf(line, size,
              "floors per rank, at this machine's rates (the slowest rank's, measured before the layers: cuBLASLt fp8 "
              "%dx%dx%d, per-tensor scales; a %zu MiB read-only stream): compute at %.0f TFLOP/s fp8, HBM = touched "
-             "weights at %.0f GB/s, NVLink = bytes in at %.0f GB/s (DESIGN.md section 6, not measured)",
+             "weights at %.0f GB/s, NVLink = bytes in at %.0f GB/s (the design rate, not measured)",
              MM_RATE_GEMM_DIM, MM_RATE_GEMM_DIM, MM_RATE_GEMM_DIM, MM_RATE_HBM_BYTES >> 20, r->fp8_tflops,
              r->hbm_read_gbs, r->nvlink_gbs);
   else
     snprintf(line, size,
-             "floors per rank, at DESIGN.md section 6's H200 rates (--rates design, or the measurement failed): "
+             "floors per rank, at the design rates of the H200 machines (--rates design, or the measurement failed): "
              "compute at %.0f TFLOP/s fp8, HBM = touched weights at %.0f GB/s, NVLink = bytes in at %.0f GB/s",
              r->fp8_tflops, r->hbm_read_gbs, r->nvlink_gbs);
 }

@@ -27,6 +27,8 @@ enum {
   COL_NVL_GBS,
   COL_SYMM_MIB,
   COL_WS_MIB,
+  COL_FP8_TFLOPS,
+  COL_HBM_GBS,
   NUM_COLS
 };
 
@@ -37,7 +39,10 @@ static const struct {
     {"ranks", 1},           {"tokens_per_rank", 1}, {"experts_per_rank", 1}, {"hidden", 1},
     {"intermediate", 1},    {"top_k", 1},           {"group", 1},            {"us", 0},               {"tflops", 0},
     {"floor_compute_us", 0}, {"floor_hbm_us", 0},   {"floor_nvlink_us", 0},  {"floor_us", 0},
-    {"x_floor", 0},         {"nvl_gbs", 0},         {"symm_mib", 0},         {"workspace_mib", 0}};
+    {"x_floor", 0},         {"nvl_gbs", 0},         {"symm_mib", 0},         {"workspace_mib", 0},
+    {"fp8_tflops", 0},      {"hbm_read_gbs", 0}};
+/* After the numeric columns: the floors' rates, a word (empty / null: none). */
+#define RATES_COLUMN "rates"
 
 #define MAX_RUN_ARMS 8
 
@@ -58,6 +63,7 @@ static void row_values(const mm_bench_row* r, double v[NUM_COLS]) {
   v[COL_FLOOR_COMPUTE] = r->floor_compute_us, v[COL_FLOOR_HBM] = r->floor_hbm_us, v[COL_FLOOR_NVL] = r->floor_nvl_us;
   v[COL_FLOOR] = floor, v[COL_X_FLOOR] = r->us / floor;
   v[COL_NVL_GBS] = r->nvl_gbs, v[COL_SYMM_MIB] = r->symm_mib, v[COL_WS_MIB] = r->workspace_mib;
+  v[COL_FP8_TFLOPS] = r->fp8_tflops, v[COL_HBM_GBS] = r->hbm_read_gbs;
 }
 
 /* The arms of the run, in order of first appearance. */
@@ -90,6 +96,7 @@ static void put_value(FILE* f, double v, int is_int, const char* missing) {
 static void write_csv(FILE* f, const mm_bench_row* rows, int n, const char* const* arms, int num_arms) {
   fputs("arm", f);
   for (int c = 0; c < NUM_COLS; ++c) fprintf(f, ",%s", kCols[c].name);
+  fputs("," RATES_COLUMN, f);
   for (int a = 0; a < num_arms; ++a) fprintf(f, ",vs_%s", arms[a]);
   fputc('\n', f);
   for (int i = 0; i < n; ++i) {
@@ -100,6 +107,7 @@ static void write_csv(FILE* f, const mm_bench_row* rows, int n, const char* cons
       fputc(',', f);
       put_value(f, v[c], kCols[c].is_int, "");
     }
+    fprintf(f, ",%s", rows[i].rates ? rows[i].rates : "");
     for (int a = 0; a < num_arms; ++a) {
       fputc(',', f);
       put_value(f, ratio_to(rows, n, i, arms[a]), 0, "");
@@ -119,6 +127,8 @@ static void write_json(FILE* f, const mm_bench_row* rows, int n, const char* sou
       fprintf(f, ", \"%s\": ", kCols[c].name);
       put_value(f, v[c], kCols[c].is_int, "null");
     }
+    if (rows[i].rates) fprintf(f, ", \"" RATES_COLUMN "\": \"%s\"", rows[i].rates);
+    else fputs(", \"" RATES_COLUMN "\": null", f);
     for (int a = 0; a < num_arms; ++a) {
       fprintf(f, ", \"vs_%s\": ", arms[a]);
       put_value(f, ratio_to(rows, n, i, arms[a]), 0, "null");

@@ -5,7 +5,8 @@
  * per arm of the run (order of first appearance): the row's µs over that
  * arm's µs in the same cell (below 1: this arm is faster; the row's own arm
  * gives 1). A value not known (the floors of the CPU reference) is an empty
- * field in the CSV and null in the JSON. The JSON is {"source": ..., "rows":
+ * field in the CSV and null in the JSON. Every column is a number but arm
+ * and rates (the floors' rates: measured or design, bench_rates.h). The JSON is {"source": ..., "rows":
  * [{column: value, ...}, ...]} with the same names. python/megamoe/plot.py
  * reads both; python/megamoe/benchfile.py writes the same columns. */
 #ifndef MEGAMOE_BENCH_REPORT_H
@@ -30,6 +31,8 @@ typedef struct mm_bench_row {
   double nvl_gbs;                                      /* NVLink bytes in / µs (NAN: not known) */
   double floor_compute_us, floor_hbm_us, floor_nvl_us; /* NAN: not known */
   double symm_mib, workspace_mib;                      /* per rank */
+  double fp8_tflops, hbm_read_gbs;                     /* the floors' rates (bench_rates.h); NAN: no floors */
+  const char* rates;                                   /* "measured" or "design"; NULL: no floors */
 } mm_bench_row;
 
 /* The row's floor: the largest of its known floors (NAN when none is known). */

@@ -76,7 +76,10 @@ done
 # its layers have the T_max the list's one process would have (the ring, the
 # workspace, and what --no-bound's bound 0 means). No --tokens: one run with
 # the bench's default counts, in one process (said so).
-bench_args=()
+# --rates design first: the builds compare in µs, and a floor measured again
+# in every process would only add a second and noise to its columns (a
+# --rates in BENCH_ARGS comes later and wins).
+bench_args=(--rates design)
 token_lists=("")
 tokens=""
 has_tokens=0

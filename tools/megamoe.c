@@ -64,8 +64,9 @@ static const char* const kUsageBench =
     "                             both ways in the same bracketed rounds, rows <arm>-pdl\n"
     "      --rates measured|design  the rates of the floors: measured on each rank's GPU before the layers\n"
     "                             (cuBLASLt fp8 8192^3, a 2 GiB read-only stream; the slowest rank's;\n"
-    "                             ~1 s), or DESIGN.md section 6's H200 figures (1458 TFLOP/s, 4470 GB/s);\n"
-    "                             NVLink at DESIGN.md's 365 GB/s either way\n"
+    "                             ~1 s; a failed or implausible one falls back), or the design rates measured\n"
+    "                             on the H200 machines (1458 TFLOP/s, 4470 GB/s; docs/PERF.md's opening);\n"
+    "                             NVLink at the design rate, 365 GB/s, either way\n"
     "      --csv FILE, --json FILE  also write the rows there: one per (arm, tokens, experts per rank) with\n"
     "                             us, TFLOP/s, floors, MiB, vs_<arm> = us / that arm's us (no GPU: the\n"
     "                             reference's rows); a progress line per cell goes to stderr\n"
@@ -351,7 +352,7 @@ static int run_ref(int64_t T, int64_t H, int64_t I, int E, int K, int G, int R, 
     size_t symm = 0, ws = 0;
     megamoe_buffer_sizes(&cfg, R, &symm, &ws); /* the config passed megamoe_check_config above */
     *row = (mm_bench_row){"reference", R, T, El, H, I, K, cfg.quant_group, dt * 1e6, flops / dt * 1e-12, NAN, NAN, NAN, NAN,
-                          symm / 1048576.0, ws / 1048576.0};
+                          symm / 1048576.0, ws / 1048576.0, NAN, NAN, NULL};
   }
   rc = MM_EXIT_OK;
 done:

@@ -186,17 +186,18 @@ def point_rows(worst_us, shape, T, flops, info, c_rows):
     """The rows of one tokens point, each with the C bench's row of its cell
     (or None): worst_us {arm: the slowest rank's µs}, shape (ranks, experts
     per rank, H, I, top-k, quantization group), flops (the busiest rank's), info {arm: layer.info()}.
-    The floors are the C row's when there is one."""
+    The floors, and the rates they assume, are the C row's when there is one."""
     world, El, H, I, K, G = shape
     out = []
     for arm, us in worst_us.items():
         mib = {k: info[arm][k + "_bytes"] / 2 ** 20 for k in ("symmetric", "workspace")}
         row = dict(arm=arm, ranks=world, tokens_per_rank=T, experts_per_rank=El, hidden=H, intermediate=I, top_k=K,
                    group=G, us=us, tflops=flops / (us * 1e-6) / 1e12, nvl_gbs=None, symm_mib=mib["symmetric"],
-                   workspace_mib=mib["workspace"], **{f: None for f in benchfile.FLOOR_COLUMNS})
+                   workspace_mib=mib["workspace"],
+                   **{f: None for f in benchfile.FLOOR_COLUMNS + benchfile.RATE_COLUMNS})
         c = _c_cell(c_rows, row)
         if c:
-            row.update({f: c.get(f) for f in benchfile.FLOOR_COLUMNS})
+            row.update({f: c.get(f) for f in benchfile.FLOOR_COLUMNS + benchfile.RATE_COLUMNS})
         out.append((row, c))
     return out
 

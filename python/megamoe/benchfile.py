@@ -6,7 +6,9 @@ One row per (arm, tokens per rank, experts per rank) cell: COLUMNS, then one
 vs_<arm> column per arm of the run (the row's µs over that arm's µs in the
 same cell; below 1: faster). A value not known is an empty CSV field, null in
 JSON, None here. floor_us is the largest known floor and x_floor = us /
-floor_us; the writers derive both (and the ratios) from the rest.
+floor_us; the writers derive both (and the ratios) from the rest. The floors
+are at the rates in fp8_tflops and hbm_read_gbs, measured on the GPU or the
+design rates (rates: "measured" or "design"; bench/bench_rates.h).
 """
 
 import csv
@@ -17,11 +19,16 @@ import os
 # The columns after "arm", in the order the C writer uses (bench/bench_report.c kCols).
 INT_COLUMNS = ("ranks", "tokens_per_rank", "experts_per_rank", "hidden", "intermediate", "top_k", "group")
 FLOOR_COLUMNS = ("floor_compute_us", "floor_hbm_us", "floor_nvlink_us")
+RATE_COLUMNS = ("fp8_tflops", "hbm_read_gbs", "rates")  # what the floors assume
 COLUMNS = ("arm",) + INT_COLUMNS + ("us", "tflops") + FLOOR_COLUMNS + \
-    ("floor_us", "x_floor", "nvl_gbs", "symm_mib", "workspace_mib")
+    ("floor_us", "x_floor", "nvl_gbs", "symm_mib", "workspace_mib") + RATE_COLUMNS
+TEXT_COLUMNS = ("arm", "rates")
 CELL = ("tokens_per_rank", "experts_per_rank")  # what makes a cell, within one run
 # Columns added after row files were first written, with the value those files meant.
 LATER_COLUMNS = {"group": 128}
+# The rates of files written before the rate columns: the design rates,
+# wherever a row has floors (the CPU reference's rows have none).
+DESIGN_RATES = {"fp8_tflops": 1458.0, "hbm_read_gbs": 4470.0, "rates": "design"}
 
 
 def _value(text):
@@ -44,18 +51,20 @@ def read_rows(path):
         if text.lstrip().startswith("{"):
             rows = json.loads(text).get("rows")
         else:
-            rows = [{k: (v if k == "arm" else _value(v)) for k, v in row.items()}
+            rows = [{k: (v or None if k in TEXT_COLUMNS else _value(v)) for k, v in row.items()}
                     for row in csv.DictReader(text.splitlines())]
     except ValueError as e:  # undecodable text, bad JSON, a field that is not a number
         raise ValueError(f"not a benchmark row file ({e})") from None
     if not isinstance(rows, list) or not rows:
         raise ValueError("not a benchmark row file (no rows)")
-    missing = [c for c in COLUMNS if c not in rows[0] and c not in LATER_COLUMNS]
+    missing = [c for c in COLUMNS if c not in rows[0] and c not in LATER_COLUMNS and c not in RATE_COLUMNS]
     if missing:
         raise ValueError(f"not a benchmark row file (no column {', '.join(missing)})")
     for r in rows:
         for c, v in LATER_COLUMNS.items():
             r.setdefault(c, v)
+        if "rates" not in r:
+            r.update(DESIGN_RATES if floor_of(r) is not None else dict.fromkeys(RATE_COLUMNS))
     return rows
 
 

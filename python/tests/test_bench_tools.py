@@ -61,7 +61,8 @@ def _synthetic_rows(experts=(32,)):
                 rows.append(dict(arm=arm, ranks=8, tokens_per_rank=t, experts_per_rank=e, hidden=4096,
                                  intermediate=2048, top_k=6, group=128, us=us,
                                  tflops=2.0 * t * 6 * 3 * 4096 * 2048 / us * 1e-6,
-                                 nvl_gbs=None, symm_mib=100.0, workspace_mib=50.0, **floors))
+                                 nvl_gbs=None, symm_mib=100.0, workspace_mib=50.0, fp8_tflops=1300.0,
+                                 hbm_read_gbs=3000.0, rates="measured", **floors))
     return rows
 
 
@@ -80,6 +81,7 @@ def test_the_c_rows_have_the_python_columns(tool_rows):
         for name in ("us", "tflops", "symm_mib", "workspace_mib"):
             assert math.isfinite(a[name]) and a[name] > 0, name
         assert a["floor_us"] is None and a["x_floor"] is None  # the CPU has no floors
+        assert [a[c] for c in benchfile.RATE_COLUMNS] == [None, None, None]  # nor their rates
         assert a["vs_reference"] == 1
 
 
@@ -96,6 +98,7 @@ def test_the_python_writer_derives_floor_and_ratios(tmp_path):
             assert r["vs_staged"] == pytest.approx(1.0 if r["arm"] == "staged" else 0.75, rel=1e-5)
             assert r["vs_split"] == pytest.approx(1.0 if r["arm"] == "split" else 4 / 3, rel=1e-5)
             assert r["nvl_gbs"] is None
+            assert (r["fp8_tflops"], r["hbm_read_gbs"], r["rates"]) == (1300.0, 3000.0, "measured")
 
 
 def test_read_rows_of_files_without_the_later_columns():
@@ -104,6 +107,8 @@ def test_read_rows_of_files_without_the_later_columns():
     docs = os.path.join(os.path.dirname(__file__), "..", "..", "docs")
     rows = benchfile.read_rows(os.path.join(docs, "bench_2026-12-01.csv"))
     assert rows and all(r["group"] == 128 for r in rows)
+    # written before the rate columns: their floors were at the design rates
+    assert all((r["fp8_tflops"], r["hbm_read_gbs"], r["rates"]) == (1458.0, 4470.0, "design") for r in rows)
     assert rows[0]["arm"] in ("staged", "split", "fused") and rows[0]["top_k"] == 6
 
 
@@ -223,6 +228,7 @@ def test_point_rows_take_the_c_floors_and_print(tmp_path, capsys):
         assert c is not None and (c["arm"], c["tokens_per_rank"]) == (r["arm"], 512)
         assert r["tflops"] == pytest.approx(flops / (r["us"] * 1e-6) / 1e12)
         assert [r[f] for f in benchfile.FLOOR_COLUMNS] == [c[f] for f in benchfile.FLOOR_COLUMNS]
+        assert [r[f] for f in benchfile.RATE_COLUMNS] == [1300.0, 3000.0, "measured"]  # the C row's
     alone = bench.point_rows({"split": 150.0}, (8, 48, 4096, 2048, 6, 128), 512, flops, info, c_rows)
     assert alone[0][1] is None and benchfile.floor_of(alone[0][0]) is None  # no C cell of that shape: no floors
     table = bench.Table(with_c=True)

@@ -411,7 +411,8 @@ static mm_test_result in_temp_dir(mm_test_result (*body)(const char* dir)) {
 static const char* const kRowColumns[] = {
     "arm",          "ranks", "tokens_per_rank", "experts_per_rank", "hidden",          "intermediate",
     "top_k",        "group", "us",    "tflops",          "floor_compute_us", "floor_hbm_us",    "floor_nvlink_us",
-    "floor_us",     "x_floor", "nvl_gbs",       "symm_mib",         "workspace_mib",   "vs_reference"};
+    "floor_us",     "x_floor", "nvl_gbs",       "symm_mib",         "workspace_mib",   "fp8_tflops",
+    "hbm_read_gbs", "rates",   "vs_reference"};
 
 /* Without a GPU, --csv and --json get the CPU reference's rows: one per
  * --tokens point, in order, with the columns of a GPU run, the timings the
@@ -463,6 +464,9 @@ static mm_test_result bench_rows_body(const char* dir) {
     CHECK(isfinite(csv_num(&t, i, "workspace_mib")) && csv_num(&t, i, "workspace_mib") > 0);
     CHECK_MSG(!t.cell[i][csv_col(&t, "floor_us")][0] && !t.cell[i][csv_col(&t, "x_floor")][0],
               "the CPU reference has floors: '%s'", t.cell[i][csv_col(&t, "floor_us")]);
+    CHECK_MSG(!t.cell[i][csv_col(&t, "fp8_tflops")][0] && !t.cell[i][csv_col(&t, "rates")][0],
+              "the CPU reference has floor rates: '%s' '%s'", t.cell[i][csv_col(&t, "fp8_tflops")],
+              t.cell[i][csv_col(&t, "rates")]);
     CHECK(csv_num(&t, i, "vs_reference") == 1.0);
     /* The JSON row: the same numbers (the same text, so the same doubles). */
     row_json = strstr(row_json, "{\"arm\": \"reference\"");
