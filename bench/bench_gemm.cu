@@ -13,8 +13,9 @@
  * the call before the GPU reaches it (so host launch overhead, 32 launches
  * for cuBLASLt, is not timed); 3 warm-up rounds, then `iters` rounds (>= 20)
  * alternating the arms' order (A B, B A, ...); each cell is the median.
- * TFLOP/s = 2 M N K / t. HBM floor = E N K bytes / 4.47 TB/s (reading the
- * weights once). diff (DESIGN.md's metric) of ours vs cuBLASLt is printed per
+ * TFLOP/s = 2 M N K / t. HBM floor = E N K bytes at the GPU's read rate
+ * (reading the weights once; measured first, bench_rates.h, or the design
+ * rate where that fails). diff (DESIGN.md's metric) of ours vs cuBLASLt is printed per
  * shape.
  *
  * Options: --quick (N = K = 4096 only, M in {256, 16384}), --nk N,K and
@@ -33,6 +34,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "bench_rates.h"
 #include "gemm/gemm.h"
 #include "gemm/gemm_cfg.cuh"
 #include "ptx/mbarrier.cuh"
@@ -51,7 +53,6 @@ namespace {
   } while (0)
 
 const int kExperts = MM_BENCH_GEMM_EXPERTS;
-const double kHbmBytesPerS = 4.47e12;
 
 __global__ void bench_gemm_spin_kernel(uint64_t ns) {
   uint64_t t0, t;
@@ -376,6 +377,14 @@ extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
          "this cuBLASLt); median of %d calls, L2 flushed before each\n",
          prop.name, prop.multiProcessorCount, kExperts, out_name, kExperts, o.iters);
 
+  mm_bench_rates rates;
+  char why[256];
+  if (mm_bench_rates_measure(&rates, why, sizeof why) != 0)
+    fprintf(stderr, "bench-gemm: measuring the HBM read rate failed (%s): the design rate used\n", why);
+  printf("hbm_us: the weights read once at %.0f GB/s (%s)\n", rates.hbm_read_gbs,
+         rates.source == MM_RATES_MEASURED ? "measured on this GPU: a 2 GiB read-only stream"
+                                           : "the design rate of the H200 machines");
+
   mm_lt lt;
   if (mm_lt_init(&lt)) {
     fprintf(stderr, "bench-gemm: cuBLASLt init: %s\n", lt.error);
@@ -411,7 +420,7 @@ extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
       fprintf(stderr, "bench-gemm: fill failed\n");
       return 1;
     }
-    const double hbm_us = (double)kExperts * n * k / kHbmBytesPerS * 1e6;
+    const double hbm_us = (double)kExperts * n * k / (rates.hbm_read_gbs * 1e9) * 1e6;
 
     for (int mi = 0; mi < num_m && rc == 0; ++mi) {
       const int m = ms[mi];
