@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# racecheck on the split arm's first "sanitize small" test, one run per build folder, with the
+# racecheck on the split arm's "sanitize small" tests (the first alone by default), one run per build folder, with the
 # timeline in mapped host memory and its watch (src/host/timeline.h): where each CTA stands while
 # a kernel runs under the tool, each watch line with the seconds since the layer's create. The
 # diagnostic of docs/RELIABILITY.md (racecheck on split); not part of `make sanitize`.
@@ -10,7 +10,9 @@
 # with NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -DMM_GRID_SPIN_SLEEP_NS=2000" BUILD=build_sl).
 # Exit 0 when every run passed, 1 when one failed or did not finish, 2 when a folder was missing. Environment: LIMIT
 # (seconds per run, 200), WATCH (the watch's period in seconds, 2), EXTRA (more compute-sanitizer
-# options), OUT (logs: OUT/race<i>-<dir>/runner.txt and the tool's per-process logs).
+# options), FILTER (the GPU tests run: "sanitize small: uniform"; "sanitize small" runs all three,
+# as scripts/sanitize.sh does, whose runs hung in the second and third in the twenty-eighth
+# session), OUT (logs: OUT/race<i>-<dir>/runner.txt and the tool's per-process logs).
 set -u
 export NCCL_NVLS_ENABLE=0 MEGAMOE_TEST_SEED=${MEGAMOE_TEST_SEED:-1}
 OUT=${OUT:-/tmp/megamoe-out}
@@ -33,7 +35,7 @@ for b in "${@:-build}"; do
     MEGAMOE_TIMELINE_WATCH="${WATCH:-2}" \
     timeout -k 10 "$LIMIT" "$cs" --tool racecheck --target-processes all --log-file "$d/%p.log" \
     --print-limit 100 --report-api-errors no --launch-timeout 60 --kernel-name-exclude kns=ncclDevKernel \
-    ${EXTRA:-} stdbuf -oL -eL "$b/gpu_tests" "sanitize small: uniform" > "$d/runner.txt" 2>&1
+    ${EXTRA:-} stdbuf -oL -eL "$b/gpu_tests" "${FILTER:-sanitize small: uniform}" > "$d/runner.txt" 2>&1
   rc=$?
   set +f
   late=""
