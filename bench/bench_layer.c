@@ -44,7 +44,6 @@
 #include "megamoe.h"
 #include "host/timeline.h"
 
-
 #define MAX_ARMS MEGAMOE_ARM_COUNT
 /* A timed slot: one layer (arm) with programmatic launch off or on (--pdl). */
 #define MAX_SLOTS (2 * MAX_ARMS)
