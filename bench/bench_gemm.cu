@@ -379,7 +379,7 @@ extern "C" int mm_bench_gemm_run(const mm_bench_gemm_opts* opts) {
 
   mm_bench_rates rates;
   char why[256];
-  if (mm_bench_rates_measure(&rates, why, sizeof why) != 0)
+  if (mm_bench_rates_measure(&rates, 0, why, sizeof why) != 0)
     fprintf(stderr, "bench-gemm: measuring the HBM read rate failed (%s): the design rate used\n", why);
   printf("hbm_us: the weights read once at %.0f GB/s (%s)\n", rates.hbm_read_gbs,
          rates.source == MM_RATES_MEASURED ? "measured on this GPU: a 2 GiB read-only stream"

@@ -246,7 +246,7 @@ static int bench_rates(const bench_opts* o, int rank, ncclComm_t comm, cudaStrea
   mm_bench_rates_design(rates);
   if (o->rates == MM_RATES_DESIGN) return 0;
   char why[256];
-  const int failed = mm_bench_rates_measure(rates, why, sizeof why) != 0;
+  const int failed = mm_bench_rates_measure(rates, 1, why, sizeof why) != 0;
   if (failed) fprintf(stderr, "rank %d: measuring the floors' rates failed (%s): the design rates used\n", rank, why);
   double v[3] = {failed, -rates->fp8_tflops, -rates->hbm_read_gbs}; /* max of the negatives: the slowest rank */
   if (allreduce_max(v, 3, comm, stream, rank) != 0) return -1;

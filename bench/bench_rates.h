@@ -46,15 +46,16 @@ typedef struct mm_bench_rates {
 /* The three design rates. */
 void mm_bench_rates_design(mm_bench_rates* r);
 
-/* Measures fp8_tflops and hbm_read_gbs on the current CUDA device (nvlink_gbs
- * is the design rate). 0 on success; -1 with why[] naming the step that
+/* Measures hbm_read_gbs, and fp8_tflops when with_fp8 (else it stays the
+ * design rate: bench-gemm needs only the read rate), on the current CUDA
+ * device (nvlink_gbs is the design rate). 0 on success; -1 with why[] naming the step that
  * failed, or a measured value outside MM_RATE_PLAUSIBLE_LO..HI times the
  * design rate (*r then holds the design rates). A step that failed with a
  * non-sticky error (e.g. out of memory) leaves no error behind for the
  * caller's next cudaGetLastError; a kernel fault is sticky and ends the
  * process's CUDA use whatever this returns. Needs MM_RATE_HBM_BYTES of free
  * device memory (then 288 MiB for the GEMM), freed before it returns. */
-int mm_bench_rates_measure(mm_bench_rates* r, char* why, size_t why_size);
+int mm_bench_rates_measure(mm_bench_rates* r, int with_fp8, char* why, size_t why_size);
 
 /* The header line of the bench's floors for these rates (no newline). */
 void mm_bench_rates_format(const mm_bench_rates* r, char* line, size_t size);

@@ -31,8 +31,9 @@ static mm_gemm_tile pick_tile(const megamoe_config* c, const mm_gemm_problem* p,
    * twenty-third session). The fused arm takes it too, at both G (its pairs
    * with it are instantiated: fused_instances.cuh): 2-8 % faster at
    * 1024-8192 tokens on an H100 at G = 128, 1-3 % at G = 64 (with the old
-   * 128x128 L1), nothing at 64-512 (twenty-fifth and twenty-sixth sessions). The staged arm's L2 is
-   * a plain bf16 GEMM and keeps the engine's pick. */
+   * 128x128 L1), nothing at 64-512 (twenty-fifth and twenty-sixth
+   * sessions). The staged arm's L2 is a plain bf16 GEMM and keeps the
+   * engine's pick. */
   if (p->out_kind == MM_GEMM_OUT_BF16_SCATTER && r == MM_REGIME_LARGE && p->n % 256 == 0)
     return MM_GEMM_TILE_128x256;
   return mm_gemm_pick_tile(p, regime_rows(c, r));
