@@ -51,6 +51,37 @@ static void latest_stamps(const uint64_t* tl, int ctas, int* event, uint64_t* ns
   }
 }
 
+/* A CTA's last MM_TL_WATCH_RECENT stamps of its current forward (at or
+ * after its 'k1 start'), oldest first: ": ... 'a' < 'b' < 'c'". The latest
+ * alone cannot tell events of two roles apart (the register hand-off's
+ * producer and math stamps land within a microsecond, either first); their
+ * order, and which of them is missing, can. */
+static size_t append_recent(char* out, size_t cap, size_t len, const uint64_t* e) {
+  int pick[MM_TL_WATCH_RECENT + 1]; /* one more: whether older ones were left out */
+  int n = 0;
+  uint64_t below = UINT64_MAX; /* the next pick is the latest stamp older than this */
+  int below_event = MM_TL_FIRST_DURATION;
+  while (n <= MM_TL_WATCH_RECENT) {
+    int best = -1;
+    for (int k = 0; k < MM_TL_FIRST_DURATION; ++k) {
+      if (e[k] == 0 || e[k] < e[MM_TL_K1_START]) continue; /* never, or a stale one of an earlier forward */
+      /* strictly before (time, event) of the last pick; ties go to the later event, as latest_stamps */
+      if (e[k] > below || (e[k] == below && k >= below_event)) continue;
+      if (best < 0 || e[k] > e[best] || (e[k] == e[best] && k > best)) best = k;
+    }
+    if (best < 0) break;
+    pick[n++] = best;
+    below = e[best];
+    below_event = best;
+  }
+  const int more = n > MM_TL_WATCH_RECENT;
+  if (more) n = MM_TL_WATCH_RECENT;
+  append(out, cap, &len, ":%s", more ? " ..." : "");
+  for (int i = n - 1; i >= 0; --i)
+    append(out, cap, &len, "%s'%s'", i == n - 1 ? " " : " < ", mm_timeline_event_name(pick[i]));
+  return len;
+}
+
 size_t mm_timeline_watch_summary(const uint64_t* tl, int ctas, int with_ages, char* out, size_t cap) {
   size_t len = 0;
   if (cap == 0) return 0;
@@ -87,7 +118,10 @@ size_t mm_timeline_watch_summary(const uint64_t* tl, int ctas, int with_ages, ch
     if (n <= MM_TL_WATCH_NAMED) {
       const char* sep = " [";
       for (int c = 0; c < ctas; ++c)
-        if (event[c] == want) append(out, cap, &len, "%s%d", sep, c), sep = " ";
+        if (event[c] == want) {
+          append(out, cap, &len, "%s%d", sep, c), sep = " ";
+          if (n <= MM_TL_WATCH_DETAIL && want >= 0) len = append_recent(out, cap, len, tl + (size_t)c * MM_TL_EVENTS);
+        }
       append(out, cap, &len, "]");
     }
   }

@@ -43,11 +43,14 @@ const char* mm_timeline_event_name(int e);
 /* One line on the CTAs of a timeline snapshot tl[ctas][MM_TL_EVENTS] (at
  * most MM_TL_MAX_CTAS are read): the CTAs grouped by their latest stamp (the
  * event; "never stamped" last), in event order, with their CTA ids where a
- * group has at most
- * MM_TL_WATCH_NAMED, and with_ages: each group's range of ages before the
- * newest stamp. Returns the length written (at most cap - 1; cut short to
- * fit). Pure: the watch's text, unit-tested. */
+ * group has at most MM_TL_WATCH_NAMED (and for a group of at most MM_TL_WATCH_DETAIL, each
+ * CTA's last MM_TL_WATCH_RECENT stamps of its current forward in time
+ * order), and with_ages: each group's range of ages before the newest stamp.
+ * Returns the length written (at most cap - 1; cut short to fit). Pure: the
+ * watch's text, unit-tested. */
 #define MM_TL_WATCH_NAMED 16
+#define MM_TL_WATCH_DETAIL 2
+#define MM_TL_WATCH_RECENT 4
 #define MM_TL_WATCH_LINE 4096
 size_t mm_timeline_watch_summary(const uint64_t* tl, int ctas, int with_ages, char* out, size_t cap);
 

@@ -147,11 +147,12 @@ static mm_test_result test_timeline_watch_summary(void) {
   char line[MM_TL_WATCH_LINE];
   hang_snapshot(tl);
   mm_timeline_watch_summary(tl, 5, 0, line, sizeof line);
-  CHECK_MSG(strcmp(line, "3 CTAs at 'counted' [0 1 3]; 1 CTA at 'reduced' [2]; 1 CTA at 'never stamped' [4]") == 0,
+  CHECK_MSG(strcmp(line, "3 CTAs at 'counted' [0 1 3]; 1 CTA at 'reduced' [2: 'k1 start' < 'counted' < 'reduced']; "
+                        "1 CTA at 'never stamped' [4]") == 0,
             "got \"%s\"", line);
   mm_timeline_watch_summary(tl, 5, 1, line, sizeof line);
   CHECK_HAS(line, "3 CTAs at 'counted' (0.0-0.3 s before the newest stamp) [0 1 3]");
-  CHECK_HAS(line, "1 CTA at 'reduced' (2.4-2.4 s before the newest stamp) [2]");
+  CHECK_HAS(line, "1 CTA at 'reduced' (2.4-2.4 s before the newest stamp) [2: 'k1 start' < 'counted' < 'reduced']");
   CHECK_LACKS(line, "never stamped' (");
   /* Nothing stamped; and a buffer too small is cut, terminated, not overrun. */
   memset(tl, 0, sizeof tl);
@@ -163,6 +164,42 @@ static mm_test_result test_timeline_watch_summary(void) {
   const size_t n = mm_timeline_watch_summary(tl, 5, 1, small, 8);
   CHECK_EQ_INT((int)n, 7);
   CHECK(small[7] == '\0' && small[8] == 'x');
+  /* The split arm's register hand-off as the racecheck hangs left it: 131
+   * CTAs at the end of their L2 mainloops, one whose latest stamp is the
+   * producer's. Its recent stamps tell whether the math side's stamp came
+   * first (listed) or never came (absent): stale stamps of the previous
+   * forward (before its 'k1 start') are not listed, older ones are cut. */
+  {
+    static uint64_t hand[132 * MM_TL_EVENTS];
+    memset(hand, 0, sizeof hand);
+    const uint64_t s0 = 5000000000000ull, s1 = s0 + 1000000000ull; /* two forwards' starts */
+    for (int c = 0; c < 132; ++c) {
+      uint64_t* e = hand + (size_t)c * MM_TL_EVENTS;
+      e[MM_TL_K2_FIRST_MAIN] = s0 + 500; /* the first forward's */
+      e[MM_TL_K1_START] = s1;
+      e[MM_TL_COUNTED] = s1 + 10;
+      e[MM_TL_L1_MATH_END] = s1 + 20;
+      e[MM_TL_K2_START] = s1 + 30;
+      e[MM_TL_K2_MATH_REGS] = s1 + 31;
+      e[MM_TL_K2_PRODUCER_REGS] = s1 + 32;
+      if (c != 42) e[MM_TL_K2_FIRST_MAIN] = s1 + 50, e[MM_TL_L2_MATH_END] = s1 + 90;
+    }
+    mm_timeline_watch_summary(hand, 132, 0, line, sizeof line);
+    CHECK_MSG(strcmp(line, "1 CTA at 'k2 producer regs' [42: ... 'L1 math end' < 'k2 start / 1st L2' < 'k2 math regs' "
+                           "< 'k2 producer regs']; 131 CTAs at 'L2 math end'") == 0,
+              "got \"%s\"", line);
+    hand[42 * MM_TL_EVENTS + MM_TL_K2_MATH_REGS] = 0; /* the math side never past its setmaxnreg.inc */
+    mm_timeline_watch_summary(hand, 132, 0, line, sizeof line);
+    CHECK_MSG(strcmp(line, "1 CTA at 'k2 producer regs' [42: ... 'counted' < 'L1 math end' < 'k2 start / 1st L2' < "
+                           "'k2 producer regs']; 131 CTAs at 'L2 math end'") == 0,
+              "got \"%s\"", line);
+    /* Fewer stamps this forward: all of them, and not the stale 'k2 1st L2 main done' before them. */
+    hand[42 * MM_TL_EVENTS + MM_TL_COUNTED] = hand[42 * MM_TL_EVENTS + MM_TL_L1_MATH_END] = 0;
+    mm_timeline_watch_summary(hand, 132, 0, line, sizeof line);
+    CHECK_MSG(strcmp(line, "1 CTA at 'k2 producer regs' [42: 'k1 start' < 'k2 start / 1st L2' < 'k2 producer regs']; "
+                           "131 CTAs at 'L2 math end'") == 0,
+              "got \"%s\"", line);
+  }
   /* More than MM_TL_WATCH_NAMED CTAs in a group: counted, not listed. */
   uint64_t many[20 * MM_TL_EVENTS];
   memset(many, 0, sizeof many);
@@ -218,7 +255,8 @@ static mm_test_result test_timeline_watch_thread(void) {
       ++before_start;
       CHECK_HAS(p, "; 1 CTA at 'never stamped' [4]");
     }
-    if (strstr(p, "): 1 CTA at 'k1 start' (0.0-0.0 s before the newest stamp) [4]; 3 CTAs at 'counted'")) ++after_start;
+    if (strstr(p, "): 1 CTA at 'k1 start' (0.0-0.0 s before the newest stamp) [4: 'k1 start']; 3 CTAs at 'counted'"))
+      ++after_start;
     p = end + 1;
   }
   CHECK_EQ_INT(changes, 2);
