@@ -101,10 +101,6 @@ static_assert(MM_FUSED_PRODUCER_REGS % 8 == 0 && MM_FUSED_MATH_REGS % 8 == 0 &&
  * per CTA summed at 8192 tokens, EP1; docs/PERF.md). Tasks past these are
  * decoded by the producer as before. */
 #define MM_FUSED_TASK_CACHE 256
-/* Named barrier where the producer warpgroup waits, without spinning, for
- * the math warpgroups to give back their registers (below). */
-#define MM_FUSED_BAR_REGS 5
-
 /* A tile shape of the fused kernel: the engine's config with one stage size
  * for both shapes (kStage bytes, A at the stage's start, B right after the
  * tile's A) and the A scales at a stride of the larger tile's, and A loaded
@@ -767,22 +763,16 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       mm_fused_pull(L, ctl, blockIdx.x * MM_FUSED_PULL_WARPS + (warp - MM_FUSED_PULL_WARP0),
                     gridDim.x * MM_FUSED_PULL_WARPS);
     }
-    /* The registers come back only when the math warpgroups give theirs up:
-     * wait for that at a barrier (the pull warps finish long before the
-     * GEMMs; a setmaxnreg.inc retried in a loop took 18 % of the kernel's
-     * issued instructions). The warp converges first (warp 8's lane 0 ran
-     * the producer alone). */
-    __syncwarp();
-    mm_named_barrier_sync(MM_FUSED_BAR_REGS, MM_GEMM_THREADS);
-    mm_setmaxnreg_inc<MM_GEMM_TAIL_REGS>();
+    /* The registers come back only when the math warpgroups give theirs up
+     * (the pull warps finish long before the GEMMs). */
+    mm_gemm_tail_regs_producer();
   } else {
     mm_setmaxnreg_inc<MM_FUSED_MATH_REGS>();
     mm_fused_math<T1, T2>(L, ctl.ring, sm, s, l1_done, p1, p2, &tm_out1, warp >> 2);
     /* An L1 store still reading shared memory (the loop may have left on a
      * vote, with L1_DONE unpublished) completes before the CTA ends. */
     if (tid == 0) mm_bulk_wait_group<0>();
-    mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
-    mm_named_barrier_arrive(MM_FUSED_BAR_REGS, MM_GEMM_THREADS); /* the registers are free */
+    mm_gemm_tail_regs_math();
   }
 
   /* E. Barrier 1 and the reduction (route/route_phases.cuh). */

@@ -55,6 +55,27 @@
 #include "sched/sched_grouped.cuh"
 
 #define MM_GEMM_BAR_VOTE 2 /* named barrier of the math threads' per-tile vote */
+#define MM_GEMM_BAR_REGS 5 /* named barrier of the tail's register hand-back (all MM_GEMM_THREADS) */
+
+/* The hand-back of the registers for a tail the whole CTA runs (the
+ * persistent arms' combine): the math warpgroups give up theirs, then the
+ * producer warpgroup takes its own back. The barrier orders the two: a
+ * producer warpgroup whose roles end before the math warpgroups' setmaxnreg.inc
+ * (a CTA with no tile to load or copy) would otherwise take back registers
+ * that inc still waits for, and the math warps would wait forever (no
+ * deadline there). Racecheck's slowed warps hit that race in split kernel 2,
+ * which had no barrier (docs/RELIABILITY.md, racecheck on split). It also
+ * saves the issue slots a retried setmaxnreg.inc takes (18 % of the fused
+ * kernel's instructions once). */
+MM_DEVICE void mm_gemm_tail_regs_math() {
+  mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
+  mm_named_barrier_arrive(MM_GEMM_BAR_REGS, MM_GEMM_THREADS); /* the registers are free */
+}
+MM_DEVICE void mm_gemm_tail_regs_producer() {
+  __syncwarp(); /* converged first: warp 8's lane 0 ran the producer alone */
+  mm_named_barrier_sync(MM_GEMM_BAR_REGS, MM_GEMM_THREADS);
+  mm_setmaxnreg_inc<MM_GEMM_TAIL_REGS>();
+}
 
 /* Pipeline position, identical in producer and consumers. */
 struct mm_gemm_pipe {

@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
       mm_gemm_copy_next_dynamic<Cfg, mm_sched_grouped> next_tile(sm, sched, p);
       mm_gemm_copy_loop<Cfg>(sm, p, tid - 32 * MM_GEMM_AUX_WARP0, next_tile);
     }
-    mm_setmaxnreg_inc<MM_GEMM_TAIL_REGS>();
+    mm_gemm_tail_regs_producer();
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
     if (tid == 0) mm_tl_stamp(L, MM_TL_K2_MATH_REGS);
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
         },
         []() {});
     if (tid == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
-    mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
+    mm_gemm_tail_regs_math();
   }
 
   /* Barrier 1 and the reduction (route/route_phases.cuh). */
