@@ -52,10 +52,12 @@ static void latest_stamps(const uint64_t* tl, int ctas, int* event, uint64_t* ns
 }
 
 /* A CTA's last MM_TL_WATCH_RECENT stamps of its current forward (at or
- * after its 'k1 start'), oldest first: ": ... 'a' < 'b' < 'c'". The latest
- * alone cannot tell events of two roles apart (the register hand-off's
- * producer and math stamps land within a microsecond, either first); their
- * order, and which of them is missing, can. */
+ * after its 'k1 start'), oldest first: ": ... 'a' < 'b' = 'c'" ('=': the
+ * same %globaltimer reading, which ticks about once a microsecond; listed
+ * in event order). The latest alone cannot tell events of two roles apart
+ * (the register hand-off's producer and math stamps land within a
+ * microsecond, either first); their order, and which of them is missing,
+ * can. */
 static size_t append_recent(char* out, size_t cap, size_t len, const uint64_t* e) {
   int pick[MM_TL_WATCH_RECENT + 1]; /* one more: whether older ones were left out */
   int n = 0;
@@ -78,7 +80,8 @@ static size_t append_recent(char* out, size_t cap, size_t len, const uint64_t* e
   if (more) n = MM_TL_WATCH_RECENT;
   append(out, cap, &len, ":%s", more ? " ..." : "");
   for (int i = n - 1; i >= 0; --i)
-    append(out, cap, &len, "%s'%s'", i == n - 1 ? " " : " < ", mm_timeline_event_name(pick[i]));
+    append(out, cap, &len, "%s'%s'", i == n - 1 ? " " : e[pick[i]] == e[pick[i + 1]] ? " = " : " < ",
+           mm_timeline_event_name(pick[i]));
   return len;
 }
 
@@ -119,8 +122,9 @@ size_t mm_timeline_watch_summary(const uint64_t* tl, int ctas, int with_ages, ch
       const char* sep = " [";
       for (int c = 0; c < ctas; ++c)
         if (event[c] == want) {
-          append(out, cap, &len, "%s%d", sep, c), sep = " ";
-          if (n <= MM_TL_WATCH_DETAIL && want >= 0) len = append_recent(out, cap, len, tl + (size_t)c * MM_TL_EVENTS);
+          const int detail = n <= MM_TL_WATCH_DETAIL && want >= 0;
+          append(out, cap, &len, "%s%d", sep, c), sep = detail ? " | " : " ";
+          if (detail) len = append_recent(out, cap, len, tl + (size_t)c * MM_TL_EVENTS);
         }
       append(out, cap, &len, "]");
     }

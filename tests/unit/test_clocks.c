@@ -193,6 +193,25 @@ static mm_test_result test_timeline_watch_summary(void) {
     CHECK_MSG(strcmp(line, "1 CTA at 'k2 producer regs' [42: ... 'counted' < 'L1 math end' < 'k2 start / 1st L2' < "
                            "'k2 producer regs']; 131 CTAs at 'L2 math end'") == 0,
               "got \"%s\"", line);
+    /* Two CTAs in the group, each with its own stamps, told apart by '|'; CTA 7's two hand-off
+     * stamps in one %globaltimer tick: '=' (listed in event order), not '<'. */
+    {
+      uint64_t* e7 = hand + (size_t)7 * MM_TL_EVENTS;
+      e7[MM_TL_K2_FIRST_MAIN] = e7[MM_TL_L2_MATH_END] = 0;
+      e7[MM_TL_K2_PRODUCER_REGS] = e7[MM_TL_K2_MATH_REGS];
+      mm_timeline_watch_summary(hand, 132, 0, line, sizeof line);
+      CHECK_MSG(strcmp(line, "1 CTA at 'k2 producer regs' [42: ... 'counted' < 'L1 math end' < 'k2 start / 1st L2' "
+                             "< 'k2 producer regs']; 1 CTA at 'k2 math regs' [7: ... 'L1 math end' < 'k2 start / 1st "
+                             "L2' < 'k2 producer regs' = 'k2 math regs']; 130 CTAs at 'L2 math end'") == 0,
+                "got \"%s\"", line);
+      e7[MM_TL_K2_PRODUCER_REGS] = e7[MM_TL_K2_MATH_REGS] + 1; /* a microsecond apart: 7 and 42 in one group */
+      mm_timeline_watch_summary(hand, 132, 0, line, sizeof line);
+      CHECK_MSG(strcmp(line, "2 CTAs at 'k2 producer regs' [7: ... 'L1 math end' < 'k2 start / 1st L2' < 'k2 math "
+                             "regs' < 'k2 producer regs' | 42: ... 'counted' < 'L1 math end' < 'k2 start / 1st L2' < "
+                             "'k2 producer regs']; 130 CTAs at 'L2 math end'") == 0,
+                "got \"%s\"", line);
+      e7[MM_TL_K2_FIRST_MAIN] = s1 + 50, e7[MM_TL_L2_MATH_END] = s1 + 90;
+    }
     /* Fewer stamps this forward: all of them, and not the stale 'k2 1st L2 main done' before them. */
     hand[42 * MM_TL_EVENTS + MM_TL_COUNTED] = hand[42 * MM_TL_EVENTS + MM_TL_L1_MATH_END] = 0;
     mm_timeline_watch_summary(hand, 132, 0, line, sizeof line);
