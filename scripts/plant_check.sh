@@ -15,6 +15,11 @@
 # (480; a plant caught by a timeout waits the test's deadline per call). Logs in $OUT/plant_NAME.log (OUT defaults to /tmp/megamoe-out).
 # Exit 0 when caught, 1 when not, when the tests hung instead of failing, or
 # when a build failed; 2 on a bad command line, 77 when no GPU is visible.
+# --hang: a plant whose symptom is a forward that never ends, in a wait no
+# deadline can cover (setmaxnreg.inc, a named barrier): caught when the
+# planted run is stopped by PLANT_TIMEOUT, and only with --control passing
+# (a timeout of the unplanted build would prove nothing). Give it a short
+# PLANT_TIMEOUT.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-/tmp/megamoe-out}
@@ -22,17 +27,23 @@ mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 defs=""
 control=0
+hang=0
 envs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --defs) defs=$2; shift 2 ;;
     --env) envs+=("$2"); shift 2 ;;
     --control) control=1; shift ;;
+    --hang) hang=1; shift ;;
     *) break ;;
   esac
 done
 if [ $# -ne 4 ]; then
-  echo "usage: scripts/plant_check.sh [--defs D] [--env V=X]... [--control] NAME FILE SED_EXPR TEST_FILTER" >&2
+  echo "usage: scripts/plant_check.sh [--defs D] [--env V=X]... [--control] [--hang] NAME FILE SED_EXPR TEST_FILTER" >&2
+  exit 2
+fi
+if [ $hang = 1 ] && [ $control = 0 ]; then
+  echo "plant_check: --hang needs --control (the unplanted build must finish where the planted one hangs)" >&2
   exit 2
 fi
 name=$1 file=$2 expr=$3 filter=$4
@@ -86,6 +97,14 @@ if [ $rc = 0 ] && [[ "$summary" == "0 passed, 0 failed"* ]]; then
 fi
 if [ $rc = 0 ]; then
   echo "plant $name: NOT caught (the tests '$filter' passed with the bug planted: $summary): $log"
+  exit 1
+fi
+if [ $hang = 1 ]; then
+  if [ $rc = 124 ] || [ $rc = 137 ]; then
+    echo "plant $name: caught (the planted tests '$filter' never ended: stopped after ${PLANT_TIMEOUT:-480} s; the control passed)"
+    exit 0
+  fi
+  echo "plant $name: NOT caught (--hang: the planted tests ended, rc $rc: ${summary:-no summary}): $log"
   exit 1
 fi
 if [ $rc = 124 ] || [ $rc = 137 ]; then

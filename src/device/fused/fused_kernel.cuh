@@ -767,7 +767,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
      * (the pull warps finish long before the GEMMs). */
     mm_gemm_tail_regs_producer();
   } else {
-    mm_setmaxnreg_inc<MM_FUSED_MATH_REGS>();
+    mm_gemm_math_regs_take<MM_FUSED_MATH_REGS>();
     mm_fused_math<T1, T2>(L, ctl.ring, sm, s, l1_done, p1, p2, &tm_out1, warp >> 2);
     /* An L1 store still reading shared memory (the loop may have left on a
      * vote, with L1_DONE unpublished) completes before the CTA ends. */

@@ -67,6 +67,23 @@
  * which had no barrier (docs/RELIABILITY.md, racecheck on split). It also
  * saves the issue slots a retried setmaxnreg.inc takes (18 % of the fused
  * kernel's instructions once). */
+/* The math warpgroups take their registers at the roles' start. Test builds
+ * only (-DMM_TEST_MATH_REGS_LATE_NS=N): they wait N ns first, so that every
+ * CTA without a tile ends its producer roles before they ask: the order the
+ * tail's barrier must survive, made certain (scripts/plants/tail_regs.sed
+ * removes the barrier; the forward then never ends). */
+#ifndef MM_TEST_MATH_REGS_LATE_NS
+#define MM_TEST_MATH_REGS_LATE_NS 0
+#endif
+template <uint32_t kRegs>
+MM_DEVICE void mm_gemm_math_regs_take() {
+  if (MM_TEST_MATH_REGS_LATE_NS > 0) {
+    const uint64_t t0 = mm_globaltimer_ns();
+    while (mm_globaltimer_ns() - t0 < (uint64_t)MM_TEST_MATH_REGS_LATE_NS) {
+    }
+  }
+  mm_setmaxnreg_inc<kRegs>();
+}
 MM_DEVICE void mm_gemm_tail_regs_math() {
   mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
   mm_named_barrier_arrive(MM_GEMM_BAR_REGS, MM_GEMM_THREADS); /* the registers are free */

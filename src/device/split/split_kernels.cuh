@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     }
     mm_gemm_tail_regs_producer();
   } else {
-    mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
+    mm_gemm_math_regs_take<MM_GEMM_MATH_REGS>();
     if (tid == 0) mm_tl_stamp(L, MM_TL_K2_MATH_REGS);
     const int wg = warp >> 2;
     int tile_index = 0;
