@@ -77,11 +77,11 @@
 #endif
 template <uint32_t kRegs>
 MM_DEVICE void mm_gemm_math_regs_take() {
-  if (MM_TEST_MATH_REGS_LATE_NS > 0) {
-    const uint64_t t0 = mm_globaltimer_ns();
-    while (mm_globaltimer_ns() - t0 < (uint64_t)MM_TEST_MATH_REGS_LATE_NS) {
-    }
+#if MM_TEST_MATH_REGS_LATE_NS > 0
+  const uint64_t t0 = mm_globaltimer_ns();
+  while (mm_globaltimer_ns() - t0 < (uint64_t)MM_TEST_MATH_REGS_LATE_NS) {
   }
+#endif
   mm_setmaxnreg_inc<kRegs>();
 }
 MM_DEVICE void mm_gemm_tail_regs_math() {
