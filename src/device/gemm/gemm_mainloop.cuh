@@ -57,16 +57,6 @@
 #define MM_GEMM_BAR_VOTE 2 /* named barrier of the math threads' per-tile vote */
 #define MM_GEMM_BAR_REGS 5 /* named barrier of the tail's register hand-back (all MM_GEMM_THREADS) */
 
-/* The hand-back of the registers for a tail the whole CTA runs (the
- * persistent arms' combine): the math warpgroups give up theirs, then the
- * producer warpgroup takes its own back. The barrier orders the two: a
- * producer warpgroup whose roles end before the math warpgroups' setmaxnreg.inc
- * (a CTA with no tile to load or copy) would otherwise take back registers
- * that inc still waits for, and the math warps would wait forever (no
- * deadline there). Racecheck's slowed warps hit that race in split kernel 2,
- * which had no barrier (docs/RELIABILITY.md, racecheck on split). It also
- * saves the issue slots a retried setmaxnreg.inc takes (18 % of the fused
- * kernel's instructions once). */
 /* The math warpgroups take their registers at the roles' start. Test builds
  * only (-DMM_TEST_MATH_REGS_LATE_NS=N): they wait N ns first, so that every
  * CTA without a tile ends its producer roles before they ask: the order the
@@ -84,6 +74,17 @@ MM_DEVICE void mm_gemm_math_regs_take() {
 #endif
   mm_setmaxnreg_inc<kRegs>();
 }
+
+/* The hand-back of the registers for a tail the whole CTA runs (the
+ * persistent arms' combine): the math warpgroups give up theirs, then the
+ * producer warpgroup takes its own back. The barrier orders the two: a
+ * producer warpgroup whose roles end before the math warpgroups' setmaxnreg.inc
+ * (a CTA with no tile to load or copy) would otherwise take back registers
+ * that inc still waits for, and the math warps would wait forever (no
+ * deadline there). Racecheck's slowed warps hit that race in split kernel 2,
+ * which had no barrier (docs/RELIABILITY.md, racecheck on split). It also
+ * saves the issue slots a retried setmaxnreg.inc takes (18 % of the fused
+ * kernel's instructions once). */
 MM_DEVICE void mm_gemm_tail_regs_math() {
   mm_setmaxnreg_dec<MM_GEMM_TAIL_REGS>();
   mm_named_barrier_arrive(MM_GEMM_BAR_REGS, MM_GEMM_THREADS); /* the registers are free */
