@@ -54,7 +54,8 @@
 /* Registers of every warp once the roles are done (an arm's tail that the
  * whole CTA runs: barriers, reduction): the launch's 168, so the math
  * warpgroups' decrease frees exactly what the producer warpgroup's increase
- * takes. */
+ * takes, which must therefore wait for that decrease
+ * (mm_gemm_tail_regs_producer, gemm_mainloop.cuh). */
 #define MM_GEMM_TAIL_REGS 168
 static_assert(2 * 128 * MM_GEMM_MATH_REGS + 128 * MM_GEMM_PRODUCER_REGS <= MM_GEMM_TAIL_REGS * 384, "setmaxnreg budget");
 #define MM_GEMM_BLOCK_K 128
