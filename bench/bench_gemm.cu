@@ -35,6 +35,7 @@
 
 #include "bench.h"
 #include "bench_rates.h"
+#include "bench_stream.cuh"
 #include "gemm/gemm.h"
 #include "gemm/gemm_cfg.cuh"
 #include "ptx/mbarrier.cuh"
@@ -129,16 +130,6 @@ struct arm_ctx {
 
 /* ---- --stream: the weight stream alone (no math) -------------------------------------------- */
 
-/* Every weight byte once through ld.global.v4 (4 CTAs of 256 threads per SM). */
-__global__ void bench_ld_stream_kernel(const uint4* p, int64_t words, uint32_t* sink) {
-  uint32_t x = 0;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (int64_t)gridDim.x * blockDim.x) {
-    const uint4 v = __ldcs(p + i);
-    x ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (x == 0x9e3779b9u) *sink = x; /* practically never: the loads must stay */
-}
-
 /* The TMA stream's dynamic shared memory: `stages` boxes of box_rows rows of
  * one K block, and 1 KB to align them for the 128-byte swizzle. */
 constexpr size_t kStreamSmemMax = 201 * 1024;
@@ -186,8 +177,9 @@ __global__ void __launch_bounds__(64, 1)
 
 int run_ld_stream(arm_ctx* c) {
   const gemm_data* g = c->g;
-  bench_ld_stream_kernel<<<4 * c->sms, 256>>>(reinterpret_cast<const uint4*>(g->gp.b),
-                                              (int64_t)kExperts * g->n * g->k / 16, c->sink);
+  /* Every weight byte once through ld.global.v4 (4 CTAs of 256 threads per SM). */
+  mm_bench_read_stream_kernel<1><<<4 * c->sms, 256>>>(reinterpret_cast<const uint4*>(g->gp.b),
+                                                      (int64_t)kExperts * g->n * g->k / 16, c->sink);
   BENCH_CUDA(cudaGetLastError());
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include "bench.h"
 #include "bench_rates.h"
+#include "bench_stream.cuh"
 
 namespace {
 
@@ -17,23 +18,6 @@ namespace {
 constexpr int kBatch = 4;
 constexpr int kBatches = 3;
 constexpr int kReadUnroll = 4; /* independent 16-byte loads in flight per thread */
-
-/* Every 16-byte word of p once: kReadUnroll loads per thread per step so the
- * SM keeps enough bytes in flight to saturate HBM; the XOR keeps the loads
- * (sink is written practically never). words: a multiple of the grid's
- * threads times kReadUnroll (the caller sizes the buffer so). */
-__global__ void read_stream_kernel(const uint4* p, int64_t words, uint32_t* sink) {
-  const int64_t threads = (int64_t)gridDim.x * blockDim.x;
-  uint32_t x = 0;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += kReadUnroll * threads) {
-    uint4 v[kReadUnroll];
-#pragma unroll
-    for (int u = 0; u < kReadUnroll; ++u) v[u] = __ldcs(p + i + u * threads);
-#pragma unroll
-    for (int u = 0; u < kReadUnroll; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  if (x == 0x9e3779b9u) *sink = x;
-}
 
 /* Why a step failed, into why[] (the first failure only). */
 struct failure {
@@ -95,7 +79,8 @@ int measure_hbm(failure& f, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1,
   {
     float best_ms = 0.f;
     auto pass = [&]() {
-      read_stream_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4*>(buf), (int64_t)(bytes / 16), sink);
+      mm_bench_read_stream_kernel<kReadUnroll>
+          <<<blocks, threads, 0, stream>>>(static_cast<const uint4*>(buf), (int64_t)(bytes / 16), sink);
       return f.cuda(cudaGetLastError(), "read kernel launch");
     };
     if (time_best(f, stream, e0, e1, pass, &best_ms)) goto done;

@@ -1,13 +1,10 @@
 /* The fused kernel at G = 128, decode pairs (fused_instances.cuh): L1 64x256
  * with L2 64x256 (H a multiple of 256) or 128x128, A scales of L2 per 128
- * columns; the large pair in fused_g128_large.cu. */
+ * columns; the large pairs in fused_g128_large.cu. */
 #include "fused/fused_instances.cuh"
 
 mm_fused_kernel_ref mm_fused_lookup_g128(mm_gemm_tile l1, mm_gemm_tile l2, int experts) {
-  mm_fused_kernel_ref none = {nullptr, {}, 0, 0};
   if (l1 == MM_GEMM_TILE_128x256) return mm_fused_lookup_g128_large(l2, experts);
-  if (l1 != MM_GEMM_TILE_64x256) return none;
-  if (l2 == MM_GEMM_TILE_64x256) return mm_fused_kernel_get<mm_fused_l1_64x256, mm_fused_l2_64x256<1>>(experts);
-  if (l2 == MM_GEMM_TILE_128x128) return mm_fused_kernel_get<mm_fused_l1_64x256, mm_fused_l2_128x128<1>>(experts);
-  return none;
+  if (l1 == MM_GEMM_TILE_64x256) return mm_fused_lookup_decode<1>(l2, experts);
+  return mm_fused_kernel_ref{nullptr, {}, 0, 0};
 }

@@ -6,8 +6,5 @@
 #include "fused/fused_instances.cuh"
 
 mm_fused_kernel_ref mm_fused_lookup_g128_large(mm_gemm_tile l2, int experts) {
-  mm_fused_kernel_ref none = {nullptr, {}, 0, 0};
-  if (l2 == MM_GEMM_TILE_256x128) return mm_fused_kernel_get<mm_fused_l1_128x256, mm_fused_l2_256x128<1>>(experts);
-  if (l2 == MM_GEMM_TILE_128x256) return mm_fused_kernel_get<mm_fused_l1_128x256, mm_fused_l2_128x256<1>>(experts);
-  return none;
+  return mm_fused_lookup_large<1>(l2, experts);
 }

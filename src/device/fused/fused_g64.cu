@@ -9,14 +9,7 @@
 #include "fused/fused_instances.cuh"
 
 mm_fused_kernel_ref mm_fused_lookup_g64(mm_gemm_tile l1, mm_gemm_tile l2, int experts) {
-  mm_fused_kernel_ref none = {nullptr, {}, 0, 0};
-  if (l1 == MM_GEMM_TILE_128x256 && l2 == MM_GEMM_TILE_256x128)
-    return mm_fused_kernel_get<mm_fused_l1_128x256, mm_fused_l2_256x128<2>>(experts);
-  if (l1 == MM_GEMM_TILE_128x256 && l2 == MM_GEMM_TILE_128x256)
-    return mm_fused_kernel_get<mm_fused_l1_128x256, mm_fused_l2_128x256<2>>(experts);
-  if (l1 == MM_GEMM_TILE_64x256 && l2 == MM_GEMM_TILE_64x256)
-    return mm_fused_kernel_get<mm_fused_l1_64x256, mm_fused_l2_64x256<2>>(experts);
-  if (l1 == MM_GEMM_TILE_64x256 && l2 == MM_GEMM_TILE_128x128)
-    return mm_fused_kernel_get<mm_fused_l1_64x256, mm_fused_l2_128x128<2>>(experts);
-  return none;
+  if (l1 == MM_GEMM_TILE_128x256) return mm_fused_lookup_large<2>(l2, experts);
+  if (l1 == MM_GEMM_TILE_64x256) return mm_fused_lookup_decode<2>(l2, experts);
+  return mm_fused_kernel_ref{nullptr, {}, 0, 0};
 }

@@ -50,6 +50,23 @@ mm_fused_kernel_ref mm_fused_kernel_get(int experts) {
   return r;
 }
 
+/* The pairs at one G (kPromo = 128 / G, the L2 tile's A scales per G
+ * columns), both G having the same ones: the large pairs (L1 128x256) and
+ * the decode pairs (L1 64x256), by L2 tile (fn NULL: no kernel for it).
+ * Templates: each file instantiates the ones it calls. */
+template <int kPromo>
+mm_fused_kernel_ref mm_fused_lookup_large(mm_gemm_tile l2, int experts) {
+  if (l2 == MM_GEMM_TILE_256x128) return mm_fused_kernel_get<mm_fused_l1_128x256, mm_fused_l2_256x128<kPromo>>(experts);
+  if (l2 == MM_GEMM_TILE_128x256) return mm_fused_kernel_get<mm_fused_l1_128x256, mm_fused_l2_128x256<kPromo>>(experts);
+  return mm_fused_kernel_ref{nullptr, {}, 0, 0};
+}
+template <int kPromo>
+mm_fused_kernel_ref mm_fused_lookup_decode(mm_gemm_tile l2, int experts) {
+  if (l2 == MM_GEMM_TILE_64x256) return mm_fused_kernel_get<mm_fused_l1_64x256, mm_fused_l2_64x256<kPromo>>(experts);
+  if (l2 == MM_GEMM_TILE_128x128) return mm_fused_kernel_get<mm_fused_l1_64x256, mm_fused_l2_128x128<kPromo>>(experts);
+  return mm_fused_kernel_ref{nullptr, {}, 0, 0};
+}
+
 /* Lookups of the three files (fn NULL: no kernel for the pair). */
 mm_fused_kernel_ref mm_fused_lookup_g128(mm_gemm_tile l1, mm_gemm_tile l2, int experts);
 mm_fused_kernel_ref mm_fused_lookup_g64(mm_gemm_tile l1, mm_gemm_tile l2, int experts);
