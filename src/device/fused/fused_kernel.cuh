@@ -260,15 +260,6 @@ MM_DEVICE bool mm_fused_wait_blocks(const mm_gemm_smem& sm, const mm_gemm_proble
   return true;
 }
 
-/* MM_FUSED_PUBLISH_AHEAD (build option while it is measured): the producer
- * publishes task j + 1 before task j's counter wait and loads instead of
- * after them, so a math warp never waits for its next task behind the
- * producer's own waits (the math warps waited 101 us per CTA for their next
- * task at 8192 tokens, G = 128: docs/PERF.md, twenty-ninth session). */
-#ifndef MM_FUSED_PUBLISH_AHEAD
-#define MM_FUSED_PUBLISH_AHEAD 0
-#endif
-
 template <class T1, class T2>
 MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const CUtensorMap* tm_a1, const CUtensorMap* tm_b1,
                                 const CUtensorMap* tm_sf1, const CUtensorMap* tm_a2, const CUtensorMap* tm_b2,
@@ -289,89 +280,6 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
    * 40 registers, which the math warps waited for (8192 tokens, one H200:
    * 3.68 against 3.28 ms for the stride order; docs/PERF.md, thirteenth
    * session). */
-#if MM_FUSED_PUBLISH_AHEAD
-  if (c.claim && !mm_gemm_wait_counter(c.sm, p1, c.decoded, (int32_t)gridDim.x, -1))
-    return; /* the abort word is set: the other roles leave too */
-  /* A claimed task's list entry (MM_FUSED_TASK_UNPACKED: decode it here). */
-  auto list_entry = [&](int64_t t) {
-    return t < c.list_n ? mm_ld_relaxed_gpu_u64(c.list + t) : MM_FUSED_TASK_UNPACKED;
-  };
-  /* The CTA's k-th task, at stream position t with list entry w (the task
-   * cache's entry k instead without the claim); past the stream, the end. */
-  auto fetch = [&](int64_t t, uint64_t w, uint32_t k, mm_fused_task* task) {
-    if (t >= s->tasks) {
-      task->gemm = -1; /* the end of the sequence */
-      return;
-    }
-    if (!c.claim) w = c.cache && k < c.cache_n ? c.cache[k] : MM_FUSED_TASK_UNPACKED;
-    if (w != MM_FUSED_TASK_UNPACKED) mm_fused_task_unpack(s, w, task);
-    else mm_fused_task_at(s, t, task);
-  };
-  /* The stream position of the CTA's task after the one at t. */
-  auto claim_after = [&](int64_t t) -> int64_t {
-    return t >= s->tasks ? t : c.claim ? (int64_t)atomicAdd(c.claim, 1) : t + gridDim.x;
-  };
-  auto publish = [&](uint32_t k, const mm_fused_task& task) {
-    const uint64_t tp = MM_FUSED_MATH_TIMELINE ? mm_tl_now(L) : 0;
-    const bool ok = mm_fused_publish_task(c, p1, k, task);
-    if (MM_FUSED_MATH_TIMELINE) waited[2] += mm_tl_now(L) - tp;
-    return ok;
-  };
-  /* One task's counter wait and loads; between the two, after_wait() (the
-   * list entry of a claimed task further on: its round trip runs under
-   * this task's loads). False when it gave up. */
-  auto produce = [&](const mm_fused_task& task, auto&& after_wait) {
-    const uint64_t t0 = mm_tl_now(L);
-    bool ok;
-    if (task.gemm == 0) {
-      /* The block's rows pulled into its slot. */
-      const mm_gemm_smem sm1 = mm_fused_view_l1<T1>(c.sm);
-      const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
-      ok = mm_fused_wait_blocks(sm1, p1, s, c.pulled, MM_FUSED_PULLED, task);
-      waited[0] += mm_tl_now(L) - t0;
-      after_wait();
-      if (first[0]) mm_tl_stamp(L, MM_TL_L1_FIRST_LOAD);
-      const uint64_t tl = MM_FUSED_MATH_TIMELINE ? mm_tl_now(L) : 0;
-      ok = ok && mm_gemm_produce_tile_loads<T1>(sm1, pipe, tm_a1, tm_b1, tm_sf1, p1, ti);
-      if (MM_FUSED_MATH_TIMELINE) waited[3] += mm_tl_now(L) - tl;
-    } else {
-      /* Every L1 tile of the blocks written (their fp8 rows and scales). */
-      const mm_gemm_smem sm2 = mm_fused_view_l2<T2>(c.sm);
-      const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
-      ok = mm_fused_wait_blocks(sm2, p2, s, c.l1_done, MM_FUSED_L1_DONE, task);
-      waited[1] += mm_tl_now(L) - t0;
-      after_wait();
-      const uint64_t tl = MM_FUSED_MATH_TIMELINE ? mm_tl_now(L) : 0;
-      ok = ok && mm_gemm_produce_tile_loads<T2>(sm2, pipe, tm_a2, tm_b2, tm_sf2, p2, ti);
-      if (MM_FUSED_MATH_TIMELINE) waited[3] += mm_tl_now(L) - tl;
-    }
-    if (!ok) return false; /* the abort word is set: the other roles leave too */
-    if (first[task.gemm]) mm_tl_stamp(L, task.gemm == 0 ? MM_TL_L1_FIRST_TILE : MM_TL_K2_START);
-    first[task.gemm] = false;
-    if (task.gemm == 0) mm_tl_stamp(L, MM_TL_L1_LAST_ISSUED);
-    return true;
-  };
-  int64_t t = c.claim ? atomicAdd(c.claim, 1) : blockIdx.x;
-  mm_fused_task task;
-  fetch(t, c.claim ? list_entry(t) : MM_FUSED_TASK_UNPACKED, 0, &task);
-  /* The next task is published before this one's counter wait and loads:
-   * the math warps find it in the ring however long those take. Its list
-   * entry was read one task earlier, under that task's loads. */
-  int64_t t_next = claim_after(t);
-  uint64_t w_next = c.claim ? list_entry(t_next) : MM_FUSED_TASK_UNPACKED;
-  if (!publish(j++, task)) task.gemm = -1;
-  while (task.gemm >= 0) {
-    mm_fused_task next;
-    fetch(t_next, w_next, j, &next);
-    const int64_t t_after = claim_after(t_next);
-    uint64_t w_after = MM_FUSED_TASK_UNPACKED;
-    if (!publish(j++, next)) break;
-    if (!produce(task, [&]() { if (c.claim) w_after = list_entry(t_after); })) break;
-    task = next;
-    t_next = t_after;
-    w_next = w_after;
-  }
-#else
   if (c.claim && !mm_gemm_wait_counter(c.sm, p1, c.decoded, (int32_t)gridDim.x, -1))
     return; /* the abort word is set: the other roles leave too */
   /* A claimed task's list entry (MM_FUSED_TASK_UNPACKED: decode it here). */
@@ -429,7 +337,6 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
     t = t_next;
     w = w_next;
   }
-#endif
   mm_tl_add(L, MM_TL_WAIT_PULLED, waited[0]);
   mm_tl_add(L, MM_TL_WAIT_L1_DONE, waited[1]);
 #if MM_FUSED_MATH_TIMELINE

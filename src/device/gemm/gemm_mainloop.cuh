@@ -118,8 +118,13 @@ MM_DEVICE bool mm_gemm_math_vote_ok(const mm_gemm_smem& sm, bool mine_ok) {
 
 /* Diagnostic builds only (-DMM_GEMM_WAIT_TIMER=1): the ns each thread of
  * the first MM_TL_MAX_CTAS CTAs spent in mm_gemm_wait calls that had to wait
- * (its own slot: no race), read by a role's timeline (the fused math parts:
- * how much of a mainloop was waiting for its stages' data). */
+ * (its own slot: no race), read by a role's timeline (the math parts of the
+ * persistent arms: how much of a mainloop was waiting for its stages' data).
+ * A call has to wait when a non-suspending probe finds the phase open; the
+ * timer starts before the first try_wait, which may itself suspend the
+ * thread (until the phase completes or a hardware time limit): before the
+ * thirtieth session it started after that try, and so missed every wait
+ * shorter than the suspension (the fused L1 mainloops' "0.3 us"). */
 #ifndef MM_GEMM_WAIT_TIMER
 #define MM_GEMM_WAIT_TIMER 0
 #endif
@@ -131,6 +136,14 @@ MM_DEVICE uint64_t* mm_gemm_waited_slot() {
              : nullptr;
 }
 #endif
+/* The calling thread's waited ns so far (a running total across launches:
+ * take differences), 0 in builds without the timer. */
+MM_DEVICE uint64_t mm_gemm_waited_total() {
+#if MM_GEMM_WAIT_TIMER
+  if (const uint64_t* slot = mm_gemm_waited_slot()) return *slot;
+#endif
+  return 0;
+}
 
 /* Diagnostic builds only (-DMM_GEMM_PART_TIMER=1; docs/PERF.md, seventh
  * session): the engine kernel's tile loop by part, in clock64 cycles, per CTA
@@ -230,7 +243,7 @@ MM_DEVICE bool MM_GEMM_WAIT_FN(const mm_gemm_smem& sm, uint32_t bar, uint32_t pa
 #undef MM_GEMM_WAIT_FN
 #if MM_GEMM_WAIT_TIMER
 MM_DEVICE bool mm_gemm_wait(const mm_gemm_smem& sm, uint32_t bar, uint32_t parity, const mm_gemm_problem& p) {
-  if (mm_mbar_try_wait(bar, parity)) return true;
+  if (mm_mbar_test_wait(bar, parity)) return true;
   const uint64_t t_wait = mm_globaltimer_ns();
   const bool got = mm_gemm_wait_untimed(sm, bar, parity, p);
   if (uint64_t* slot = mm_gemm_waited_slot()) *slot += mm_globaltimer_ns() - t_wait;

@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   } else {
     mm_setmaxnreg_inc<MM_GEMM_MATH_REGS>();
     const int wg = warp >> 2;
+    const uint64_t waited0 = mm_gemm_waited_total(); /* -DMM_GEMM_WAIT_TIMER=1 builds */
     mm_gemm_math_loop_dynamic<Cfg>(
         sm, sched, p, wg,
         [&](const mm_gemm_tile_info& ti, float (&acc)[Cfg::kWaves][64], bool) {
@@ -123,6 +124,9 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     if (tid == 0) {
       mm_tl_stamp(L, MM_TL_L1_MATH_END);
       mm_tl_clock_end(L);
+      /* The data waits of thread 0's L1 mainloops (and its tile-id reads,
+       * which find their id published one tile ahead). */
+      if (MM_FUSED_MATH_TIMELINE) mm_tl_add(L, MM_TL_MATH_L1_DATA, mm_gemm_waited_total() - waited0);
     }
   }
 }
@@ -168,6 +172,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_gemm_math_regs_take<MM_GEMM_MATH_REGS>();
     if (tid == 0) mm_tl_stamp(L, MM_TL_K2_MATH_REGS);
     const int wg = warp >> 2;
+    const uint64_t waited0 = mm_gemm_waited_total(); /* -DMM_GEMM_WAIT_TIMER=1 builds */
     int tile_index = 0;
     mm_gemm_math_loop_dynamic<Cfg>(
         sm, sched, p, wg,
@@ -178,7 +183,10 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
           if (MM_FUSED_MATH_TIMELINE && tid == 0) mm_tl_add(L, MM_TL_MATH_L2_EPI, mm_tl_now(L) - t0);
         },
         []() {});
-    if (tid == 0) mm_tl_stamp(L, MM_TL_L2_MATH_END);
+    if (tid == 0) {
+      mm_tl_stamp(L, MM_TL_L2_MATH_END);
+      if (MM_FUSED_MATH_TIMELINE) mm_tl_add(L, MM_TL_MATH_L2_DATA, mm_gemm_waited_total() - waited0);
+    }
     mm_gemm_tail_regs_math();
   }
 
