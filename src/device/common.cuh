@@ -270,31 +270,20 @@ MM_DEVICE int mm_block_exclusive_scan(int v, int* scratch, int* total) {
 
 /* Copies n bytes (multiple of 16, both 16-byte aligned) with one warp,
  * keeping several 16-byte loads in flight before the stores. */
-/* One 16-byte load that leaves the SM's L1 alone (no line allocated): data
- * read once, which would only evict what the SM's other warps keep there. */
-MM_DEVICE uint4 mm_ld_no_l1_v4(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-template <bool kNoL1 = false>
 MM_DEVICE void mm_warp_copy16(uint8_t* dst, const uint8_t* src, int64_t n) {
   const int lane = threadIdx.x & 31;
   const uint4* s = reinterpret_cast<const uint4*>(src);
   uint4* d = reinterpret_cast<uint4*>(dst);
-  auto ld = [](const uint4* p) { return kNoL1 ? mm_ld_no_l1_v4(p) : *p; };
   const int64_t words = n / 16;
   int64_t i = lane;
   for (; i + 3 * 32 < words; i += 4 * 32) {
-    uint4 a = ld(s + i), b = ld(s + i + 32), c = ld(s + i + 64), e = ld(s + i + 96);
+    uint4 a = s[i], b = s[i + 32], c = s[i + 64], e = s[i + 96];
     d[i] = a;
     d[i + 32] = b;
     d[i + 64] = c;
     d[i + 96] = e;
   }
-  for (; i < words; i += 32) d[i] = ld(s + i);
+  for (; i < words; i += 32) d[i] = s[i];
 }
 
 template <typename T>

@@ -136,7 +136,7 @@ struct mm_fused_tiles {
 
 /* Static shared memory the fused layout adds to the engine's 256 B reserve
  * (which covers the grid barrier's and other helpers' words). */
-#define MM_FUSED_STATIC_SMEM 512u
+#define MM_FUSED_STATIC_SMEM 1024u
 
 /* Where the task cache starts in the scheduler area: after the copy warps'
  * row destinations (C2::BM pointers) and the stream, 8-byte aligned. */
@@ -177,6 +177,34 @@ static inline __host__ __device__ uint32_t mm_fused_task_cache_entries(int exper
   return 0;
 }
 
+/* MM_FUSED_MATH_STATE_SMEM (build option while measured): the math loop's
+ * state between tasks (the task index, the L2 tiles staged, the pending L1
+ * tile, the current task's block) kept in shared memory, one copy per math
+ * warp (its lanes store the same values), instead of in registers: there,
+ * ptxas spills them across the mainloops (~7 words), and ncu put ~1 us per
+ * task on the reloads, which went to L2 (every counter acquire and bulk
+ * wait of the SM's roles invalidates its L1; docs/PERF.md, thirtieth
+ * session). Off: the same struct in registers, as before. */
+#ifndef MM_FUSED_MATH_STATE_SMEM
+#define MM_FUSED_MATH_STATE_SMEM 0
+#endif
+#if MM_FUSED_MATH_STATE_SMEM
+#define MM_FUSED_MATH_STATE_QUAL volatile
+#else
+#define MM_FUSED_MATH_STATE_QUAL
+#endif
+struct mm_fused_math_state {
+  uint32_t j;          /* the next task's index in the task ring */
+  int32_t l2_tiles;    /* L2 tiles staged so far (the copy hand-off's index) */
+  int64_t pend_block0; /* the L1 tile whose L1_DONE is pending (-1: none) */
+  int32_t pend_rows;
+  int32_t task_rows;   /* the current task's rows and first block */
+  int64_t task_block0;
+  int32_t* l1_done;    /* this forward's L1_DONE counters */
+  uint32_t ring_full;  /* the task ring's barriers (mm_gemm_smem's tile_full, tile_empty) */
+  uint32_t ring_empty;
+};
+
 /* What the producer warpgroup's roles share, in static shared memory
  * (written by thread 0 before the roles start). They run under
  * MM_FUSED_PRODUCER_REGS registers after setmaxnreg.dec: every value live
@@ -196,6 +224,7 @@ struct mm_fused_cta {
   int64_t list_n;
   const uint64_t* cache;     /* without claim: this CTA's first cache_n tasks, packed (stride order), or NULL */
   uint32_t cache_n;          /* mm_fused_task_cache_entries */
+  mm_fused_math_state math_state[8]; /* per math warp (MM_FUSED_MATH_STATE_SMEM) */
 };
 
 static_assert(sizeof(mm_fused_cta) + 64 <= MM_FUSED_STATIC_SMEM, "the fused kernel's static shared memory is reserved");
@@ -362,19 +391,14 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
  * tokens with the 256x128 L2 tile, +1.8 % at 2048 with 128x256 (one H100,
  * twenty-fifth session). Both removed; fused.ring_simulation keeps their
  * rules (SIM_PUBLISH_PAIRS, SIM_PUBLISH_BY_COPY) as checked designs. */
-struct mm_fused_l1_pending {
-  int64_t block0; /* -1: nothing pending */
-  int32_t rows;
-};
-
 /* Every math thread: L1_DONE for the pending tile, if any. Its fp8 codes
  * and scales (a TMA store's completion first: usually long done, as the
  * publication follows the next tile's mainloop; waited in full where an L2
  * task or the ring's distance publishes it first), then the async-proxy
  * fence (an L2 producer's TMA reads them next), the math threads' barrier,
  * one release that is cumulative over them. */
-MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, int32_t* l1_done, mm_fused_l1_pending& pend) {
-  if (pend.block0 < 0) return;
+MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, MM_FUSED_MATH_STATE_QUAL mm_fused_math_state* ms) {
+  if (ms->pend_block0 < 0) return;
   /* The pending tile's TMA store written (thread 0 issued it, one bulk
    * group; it has no other: the next L1 tile's epilogue comes after this
    * publication). */
@@ -382,19 +406,18 @@ MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, int32_t* l1_done, mm_
   mm_fence_proxy_async_global();
   mm_gemm_math_barrier();
   if (threadIdx.x == 0) {
-    mm_red_release_gpu_add_s32(l1_done + pend.block0, pend.rows);
+    mm_red_release_gpu_add_s32(ms->l1_done + ms->pend_block0, ms->pend_rows);
     mm_tl_stamp(L, MM_TL_L1_MATH_END);
   }
-  pend.block0 = -1;
+  ms->pend_block0 = -1;
 }
 
 template <class T1, class T2>
-MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, const mm_gemm_smem& sm,
+MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, mm_fused_math_state* state, const mm_gemm_smem& sm,
                              const mm_fused_stream* s, int32_t* l1_done, const mm_gemm_problem& p1,
                              const mm_gemm_problem& p2, const CUtensorMap* tm_out1, int wg) {
   const mm_gemm_smem sm1 = mm_fused_view_l1<T1>(sm), sm2 = mm_fused_view_l2<T2>(sm);
   mm_gemm_pipe pipe = {0u, 0u};
-  int l2_tiles = 0; /* the copy hand-off's tile index (gemm_epilogue.cuh) */
   /* The staging area is shared by the two GEMMs' epilogues: an L1 tile's
    * codes go through it to one TMA store (full tiles of a kSwStage L1 tile;
    * the engine measured the store 7 % faster than direct stores on its L1
@@ -405,7 +428,20 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
    * pending, and an L2 task publishes it before its mainloop
    * (mm_fused_publish_l1: thread 0's wait_group 0, then a math barrier).
    * The same tasks in every math thread: the waits are uniform. */
-  mm_fused_l1_pending pend = {-1, 0};
+#if MM_FUSED_MATH_STATE_SMEM
+  volatile mm_fused_math_state* ms = state + (threadIdx.x >> 5);
+#else
+  mm_fused_math_state ms_regs;
+  mm_fused_math_state* ms = &ms_regs;
+#endif
+  ms->j = 0;
+  ms->l2_tiles = 0; /* the copy hand-off's tile index (gemm_epilogue.cuh) */
+  ms->pend_block0 = -1;
+  ms->pend_rows = 0;
+  ms->l1_done = l1_done;
+  ms->ring_full = sm.tile_full;
+  ms->ring_empty = sm.tile_empty;
+  __syncwarp();
   /* Timeline of the math warps' parts (thread 0 only): compiled in only with
    * -DMM_FUSED_MATH_TIMELINE=1 (it costs the kernel ~60 B more spills), e.g.
    * make BUILD=build_tl NVCC="nvcc -DMM_FUSED_MATH_TIMELINE=1" build_tl/megamoe,
@@ -430,9 +466,16 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
     }
 #endif
   };
-  for (uint32_t j = 0;; ++j) {
+  for (;;) {
     mm_fused_task task;
-    const bool got = mm_fused_read_task(sm, ring, p1, j, &task);
+    const uint32_t j = ms->j;
+    mm_gemm_smem sm_ring = sm;
+    sm_ring.tile_full = ms->ring_full;
+    sm_ring.tile_empty = ms->ring_empty;
+    const bool got = mm_fused_read_task(sm_ring, ring, p1, j, &task);
+    ms->j = j + 1;
+    ms->task_block0 = task.block0;
+    ms->task_rows = task.rows;
     lap(MM_TL_MATH_TASK);
     /* One decision for the 256 math threads (a wait that gave up in some). */
     if (!mm_gemm_math_vote_ok(sm1, got)) return;
@@ -445,15 +488,16 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
        * ring; never with the stride order, 132 CTAs and the ring's minimum;
        * possible with the dynamic claim, where a CTA's consecutive tasks can
        * be far apart). */
-      if (pend.block0 >= 0 && task.block0 + 1 >= pend.block0 + s->order.ring_blocks)
-        mm_fused_publish_l1(L, l1_done, pend);
+      if (ms->pend_block0 >= 0 && task.block0 + 1 >= ms->pend_block0 + s->order.ring_blocks)
+        mm_fused_publish_l1(L, ms);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
       float acc[T1::kWaves][64];
       const bool mine = mm_gemm_consume_tile<T1, true>(sm1, pipe, p1, ti, wg, acc);
       if (!mm_gemm_math_vote_ok(sm1, mine)) return;
       lap(MM_TL_MATH_L1);
-      mm_fused_publish_l1(L, l1_done, pend);
+      mm_fused_publish_l1(L, ms);
       lap(MM_TL_MATH_L1_PUB);
+      const int32_t l2_tiles = ms->l2_tiles;
       if (mm_gemm_swiglu_staged<T1>(p1, ti, tm_out1) && l2_tiles > 0) {
         /* A give-up (the abort word is set) must not overwrite what the
          * copy warps may still be reading: all math threads leave. */
@@ -462,10 +506,11 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
         if (!mm_gemm_math_vote_ok(sm1, read_out)) return;
       }
       mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_out1);
-      pend = mm_fused_l1_pending{task.block0, task.rows};
+      ms->pend_block0 = ms->task_block0;
+      ms->pend_rows = ms->task_rows;
       lap(MM_TL_MATH_L1_EPI);
     } else {
-      mm_fused_publish_l1(L, l1_done, pend);
+      mm_fused_publish_l1(L, ms);
       lap(MM_TL_MATH_L2_PUB);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
       float acc[T2::kWaves][64];
@@ -474,7 +519,9 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       lap(MM_TL_MATH_L2);
       /* A give-up in the hand-off (the abort word is set) stages nothing;
        * the next tile's vote leaves, the copy warps leave on the abort word. */
-      (void)mm_gemm_epilogue_stage_for_copy<T2>(sm2, p2, l2_tiles++, wg, acc);
+      const int32_t l2_tiles = ms->l2_tiles;
+      ms->l2_tiles = l2_tiles + 1;
+      (void)mm_gemm_epilogue_stage_for_copy<T2>(sm2, p2, l2_tiles, wg, acc);
       if (threadIdx.x == 0) {
         mm_tl_stamp(L, MM_TL_L2_MATH_END);
         mm_tl_clock_end(L);
@@ -482,7 +529,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       lap(MM_TL_MATH_L2_EPI);
     }
   }
-  mm_fused_publish_l1(L, l1_done, pend);
+  mm_fused_publish_l1(L, ms);
   if (timed)
     for (int e = MM_TL_MATH_TASK; e <= MM_TL_MATH_L2_PUB; ++e) mm_tl_add(L, e, spent[e - MM_TL_MATH_TASK]);
 #if MM_GEMM_WAIT_TIMER
@@ -768,7 +815,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_gemm_tail_regs_producer();
   } else {
     mm_gemm_math_regs_take<MM_FUSED_MATH_REGS>();
-    mm_fused_math<T1, T2>(L, ctl.ring, sm, s, l1_done, p1, p2, &tm_out1, warp >> 2);
+    mm_fused_math<T1, T2>(L, ctl.ring, ctl.math_state, sm, s, l1_done, p1, p2, &tm_out1, warp >> 2);
     /* An L1 store still reading shared memory (the loop may have left on a
      * vote, with L1_DONE unpublished) completes before the CTA ends. */
     if (tid == 0) mm_bulk_wait_group<0>();

@@ -348,14 +348,6 @@ MM_DEVICE mm_pull_src mm_pull_source(const mm_layer_view& L, int r, int le) {
   return s;
 }
 
-/* MM_PULL_NO_L1 (build option while measured): the pulled x rows are read
- * without allocating L1 lines, so a row streamed through the SM (4 KB at H
- * 4096) no longer evicts what the math warps keep in L1 (their spilled
- * registers, the B scales of the K loop) while the pull runs beside them. */
-#ifndef MM_PULL_NO_L1
-#define MM_PULL_NO_L1 0
-#endif
-
 /* One warp copies the row s into row dst of the pool regions (pool_x,
  * pool_x_sf with row stride sf_stride, pool_rows, pool_weight), over NVLink
  * for a peer's row. The first 32 scales are loaded before the x row, so
@@ -365,7 +357,7 @@ MM_DEVICE void mm_pull_copy(const mm_layer_view& L, const mm_pull_src& s, int64_
   const int H = L.hidden, sf_cols = H / MM_SCALE_BLOCK;
   float* pool_x_sf = mm_ws<float>(L, MM_WS_POOL_X_SF);
   const float sf0 = lane < sf_cols ? s.sf[lane] : 0.f;
-  mm_warp_copy16<MM_PULL_NO_L1>(mm_ws<uint8_t>(L, MM_WS_POOL_X) + dst * H, s.x, H);
+  mm_warp_copy16(mm_ws<uint8_t>(L, MM_WS_POOL_X) + dst * H, s.x, H);
   if (lane < sf_cols) pool_x_sf[(int64_t)lane * sf_stride + dst] = sf0;
   for (int i = lane + 32; i < sf_cols; i += 32) pool_x_sf[(int64_t)i * sf_stride + dst] = s.sf[i];
   if (lane == 0) {
