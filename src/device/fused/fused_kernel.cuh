@@ -177,22 +177,16 @@ static inline __host__ __device__ uint32_t mm_fused_task_cache_entries(int exper
   return 0;
 }
 
-/* MM_FUSED_MATH_STATE_SMEM (build option while measured): the math loop's
- * state between tasks (the task index, the L2 tiles staged, the pending L1
- * tile, the current task's block) kept in shared memory, one copy per math
- * warp (its lanes store the same values), instead of in registers: there,
- * ptxas spills them across the mainloops (~7 words), and ncu put ~1 us per
- * task on the reloads, which went to L2 (every counter acquire and bulk
- * wait of the SM's roles invalidates its L1; docs/PERF.md, thirtieth
- * session). Off: the same struct in registers, as before. */
-#ifndef MM_FUSED_MATH_STATE_SMEM
-#define MM_FUSED_MATH_STATE_SMEM 0
-#endif
-#if MM_FUSED_MATH_STATE_SMEM
-#define MM_FUSED_MATH_STATE_QUAL volatile
-#else
-#define MM_FUSED_MATH_STATE_QUAL
-#endif
+/* The math loop's state between tasks (the task index, the L2 tiles staged,
+ * the pending L1 tile, the current task's block, the L1_DONE counters, the
+ * task ring's barriers), in shared memory, one copy per math warp (its lanes
+ * store the same values), read where it is used. Kept in registers it was
+ * spilled by ptxas across the mainloops (~10 words), and ncu put ~3.4 % of
+ * the math warps' samples on the reloads, which missed L1: every counter
+ * acquire and bulk wait of the SM's roles invalidates it (`CCTL.IVALL`).
+ * Measured fused -1.3 / -3.4 % at 2048 / 8192 tokens on an H100
+ * (docs/PERF.md, thirtieth session). volatile: every use is a load from
+ * here, so nothing of it stays live across a mainloop. */
 struct mm_fused_math_state {
   uint32_t j;          /* the next task's index in the task ring */
   int32_t l2_tiles;    /* L2 tiles staged so far (the copy hand-off's index) */
@@ -224,7 +218,7 @@ struct mm_fused_cta {
   int64_t list_n;
   const uint64_t* cache;     /* without claim: this CTA's first cache_n tasks, packed (stride order), or NULL */
   uint32_t cache_n;          /* mm_fused_task_cache_entries */
-  mm_fused_math_state math_state[8]; /* per math warp (MM_FUSED_MATH_STATE_SMEM) */
+  mm_fused_math_state math_state[8]; /* per math warp (mm_fused_math) */
 };
 
 static_assert(sizeof(mm_fused_cta) + 64 <= MM_FUSED_STATIC_SMEM, "the fused kernel's static shared memory is reserved");
@@ -397,7 +391,7 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
  * task or the ring's distance publishes it first), then the async-proxy
  * fence (an L2 producer's TMA reads them next), the math threads' barrier,
  * one release that is cumulative over them. */
-MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, MM_FUSED_MATH_STATE_QUAL mm_fused_math_state* ms) {
+MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, volatile mm_fused_math_state* ms) {
   if (ms->pend_block0 < 0) return;
   /* The pending tile's TMA store written (thread 0 issued it, one bulk
    * group; it has no other: the next L1 tile's epilogue comes after this
@@ -428,12 +422,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
    * pending, and an L2 task publishes it before its mainloop
    * (mm_fused_publish_l1: thread 0's wait_group 0, then a math barrier).
    * The same tasks in every math thread: the waits are uniform. */
-#if MM_FUSED_MATH_STATE_SMEM
   volatile mm_fused_math_state* ms = state + (threadIdx.x >> 5);
-#else
-  mm_fused_math_state ms_regs;
-  mm_fused_math_state* ms = &ms_regs;
-#endif
   ms->j = 0;
   ms->l2_tiles = 0; /* the copy hand-off's tile index (gemm_epilogue.cuh) */
   ms->pend_block0 = -1;

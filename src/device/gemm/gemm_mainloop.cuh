@@ -427,23 +427,6 @@ MM_DEVICE void mm_gemm_sfb_rows(const mm_gemm_problem& p, const mm_gemm_tile_inf
     for (int h = 0; h < 2; ++h) sfb[wn][h] = sfb_e + (int64_t)((ti.n0 + col_w + 128 * wn + 64 * h) / bsn) * kblocks;
 }
 
-/* MM_GEMM_OK_FROM_ABORT (build option, off by default until measured on a
- * GPU): the one-partial mainloop returns "the abort word is clear" at its end
- * instead of carrying its own ok flag through the K loop. The same answer for
- * every caller: a failed wait always leaves the abort word set (it gives up
- * because the word is set, or sets it on its deadline), and every caller
- * votes with the abort word anyway (mm_gemm_math_vote_ok). What it buys: in
- * the fused kernel's 128x256 + 256x128 pair (the large pair for an H that
- * is not a multiple of 256 since the twenty-fifth session; the 128x256 +
- * 128x256 pair has no such slot) ptxas spills that flag, with the early probe's,
- * as one 16-bit stack slot that the L1 K loop stores and reloads every K
- * block (nvdisasm: STL.S16 / LDL.S16 [R1+0x34] around the stage wait); with
- * the option that slot is gone (734 / 930 B of spill stores / loads ->
- * 720 / 924; the split kernels' counts are unchanged: 16 / 16 and 0 / 0). */
-#ifndef MM_GEMM_OK_FROM_ABORT
-#define MM_GEMM_OK_FROM_ABORT 0
-#endif
-
 /* Math warpgroup, one partial accumulator: per K block and wave, issue the
  * chain, wait for it, promote. acc[w] (w = wm * kWN + wn) is the promoted
  * fp32 result of wave (wm, wn) in the m64n128 fragment layout. Every thread
@@ -487,7 +470,6 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[w][i] = 0.f;
 
-  bool ok = true;
   const float* sfb[Cfg::kWN][2];
   mm_gemm_sfb_rows<Cfg>(p, ti, col_w, sfb);
   float sb_next[Cfg::kWN][2];
@@ -513,7 +495,12 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
         sb[wn][h] = sb_next[wn][h];
         sb_next[wn][h] = __ldg(sfb[wn][h] + kn);
       }
-    if (!stage_ready && !mm_gemm_wait(sm, sm.full + 8 * s, pipe.phase, p)) ok = false;
+    /* A wait that gives up leaves the abort word set, which the return
+     * value reads (and every caller's vote): a flag of its own here, kept
+     * through the K loop, was spilled by ptxas to the stack in the fused
+     * kernel and reloaded every K block (from L2 after an L1 invalidation;
+     * removed in the thirtieth session, fused -1 % at 8192 tokens). */
+    if (!stage_ready) (void)mm_gemm_wait(sm, sm.full + 8 * s, pipe.phase, p);
     stage_ready = false;
 
     /* A scales of this warp's rows, read before the stage is released. */
@@ -563,7 +550,7 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   } else {
     for (int kb = 0; kb < kblocks; ++kb) block(kb, mm_bool_tag<false>());
   }
-  return MM_GEMM_OK_FROM_ABORT ? *sm.abort == 0 : ok;
+  return *sm.abort == 0;
 }
 
 /* Math warpgroup, two partial accumulators (one wave per warpgroup). Units
