@@ -199,6 +199,17 @@ struct mm_fused_math_state {
   uint32_t ring_empty;
 };
 
+/* The math timeline's sums (-DMM_FUSED_MATH_TIMELINE=1 builds; math thread 0
+ * only), in shared memory for the same reason: in registers they were
+ * spilled, and each lap's reload, after the lap's clock read, went to L2 and
+ * was counted in the next lap (docs/PERF.md, thirtieth session). */
+struct mm_fused_math_laps {
+  uint64_t spent[MM_TL_MATH_L2_PUB - MM_TL_MATH_TASK + 1]; /* ns per part */
+  uint64_t mark;                                         /* the last lap's clock */
+  uint64_t data_wait[2];                                 /* MM_GEMM_WAIT_TIMER: the mainloops' waits */
+  uint64_t waited_mark;
+};
+
 /* What the producer warpgroup's roles share, in static shared memory
  * (written by thread 0 before the roles start). They run under
  * MM_FUSED_PRODUCER_REGS registers after setmaxnreg.dec: every value live
@@ -219,6 +230,7 @@ struct mm_fused_cta {
   const uint64_t* cache;     /* without claim: this CTA's first cache_n tasks, packed (stride order), or NULL */
   uint32_t cache_n;          /* mm_fused_task_cache_entries */
   mm_fused_math_state math_state[8]; /* per math warp (mm_fused_math) */
+  mm_fused_math_laps math_laps;      /* math thread 0's timeline (mm_fused_math) */
 };
 
 static_assert(sizeof(mm_fused_cta) + 64 <= MM_FUSED_STATIC_SMEM, "the fused kernel's static shared memory is reserved");
@@ -407,7 +419,8 @@ MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, volatile mm_fused_mat
 }
 
 template <class T1, class T2>
-MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, mm_fused_math_state* state, const mm_gemm_smem& sm,
+MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, mm_fused_math_state* state,
+                             mm_fused_math_laps* laps_smem, const mm_gemm_smem& sm,
                              const mm_fused_stream* s, int32_t* l1_done, const mm_gemm_problem& p1,
                              const mm_gemm_problem& p2, const CUtensorMap* tm_out1, int wg) {
   const mm_gemm_smem sm1 = mm_fused_view_l1<T1>(sm), sm2 = mm_fused_view_l2<T2>(sm);
@@ -432,28 +445,30 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
   ms->ring_empty = sm.tile_empty;
   __syncwarp();
   /* Timeline of the math warps' parts (thread 0 only): compiled in only with
-   * -DMM_FUSED_MATH_TIMELINE=1 (it costs the kernel ~60 B more spills), e.g.
+   * -DMM_FUSED_MATH_TIMELINE=1 (its sums in shared memory: mm_fused_math_laps), e.g.
    * make BUILD=build_tl NVCC="nvcc -DMM_FUSED_MATH_TIMELINE=1" build_tl/megamoe,
    * then MEGAMOE_TIMELINE=1 build_tl/megamoe bench --arms fused. */
   const bool timed = MM_FUSED_MATH_TIMELINE && L.timeline != nullptr && threadIdx.x == 0;
-  uint64_t spent[MM_TL_MATH_L2_PUB - MM_TL_MATH_TASK + 1] = {};
-  uint64_t t_mark = timed ? mm_globaltimer_ns() : 0;
+  volatile mm_fused_math_laps* laps = laps_smem;
+  if (timed) {
+    for (int e = 0; e <= MM_TL_MATH_L2_PUB - MM_TL_MATH_TASK; ++e) laps->spent[e] = 0;
+    laps->data_wait[0] = laps->data_wait[1] = 0;
+    laps->waited_mark = mm_gemm_waited_total();
+    laps->mark = mm_globaltimer_ns();
+  }
   /* With -DMM_GEMM_WAIT_TIMER=1 also the mainloops' waits for data (the
    * engine's per-thread wait time, gemm_mainloop.cuh). */
-#if MM_GEMM_WAIT_TIMER
-  uint64_t data_wait[2] = {0, 0}, waited_mark = 0;
-#endif
   auto lap = [&](int event) {
     if (!timed) return;
     const uint64_t now = mm_globaltimer_ns();
-    spent[event - MM_TL_MATH_TASK] += now - t_mark;
-    t_mark = now;
-#if MM_GEMM_WAIT_TIMER
-    if (const uint64_t* slot = mm_gemm_waited_slot()) {
-      if (event == MM_TL_MATH_L1 || event == MM_TL_MATH_L2) data_wait[event == MM_TL_MATH_L2] += *slot - waited_mark;
-      waited_mark = *slot;
+    laps->spent[event - MM_TL_MATH_TASK] += now - laps->mark;
+    laps->mark = now;
+    if (MM_GEMM_WAIT_TIMER) {
+      const uint64_t waited = mm_gemm_waited_total();
+      if (event == MM_TL_MATH_L1 || event == MM_TL_MATH_L2)
+        laps->data_wait[event == MM_TL_MATH_L2] += waited - laps->waited_mark;
+      laps->waited_mark = waited;
     }
-#endif
   };
   for (;;) {
     mm_fused_task task;
@@ -519,14 +534,11 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
     }
   }
   mm_fused_publish_l1(L, ms);
-  if (timed)
-    for (int e = MM_TL_MATH_TASK; e <= MM_TL_MATH_L2_PUB; ++e) mm_tl_add(L, e, spent[e - MM_TL_MATH_TASK]);
-#if MM_GEMM_WAIT_TIMER
   if (timed) {
-    mm_tl_add(L, MM_TL_MATH_L1_DATA, data_wait[0]);
-    mm_tl_add(L, MM_TL_MATH_L2_DATA, data_wait[1]);
+    for (int e = MM_TL_MATH_TASK; e <= MM_TL_MATH_L2_PUB; ++e) mm_tl_add(L, e, laps->spent[e - MM_TL_MATH_TASK]);
+    mm_tl_add(L, MM_TL_MATH_L1_DATA, laps->data_wait[0]); /* 0 without MM_GEMM_WAIT_TIMER: nothing added */
+    mm_tl_add(L, MM_TL_MATH_L2_DATA, laps->data_wait[1]);
   }
-#endif
 }
 
 /* ---- Copy warps (MM_FUSED_COPY_WARP0 on) ----------------------------------------------------- */
@@ -804,7 +816,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_gemm_tail_regs_producer();
   } else {
     mm_gemm_math_regs_take<MM_FUSED_MATH_REGS>();
-    mm_fused_math<T1, T2>(L, ctl.ring, ctl.math_state, sm, s, l1_done, p1, p2, &tm_out1, warp >> 2);
+    mm_fused_math<T1, T2>(L, ctl.ring, ctl.math_state, &ctl.math_laps, sm, s, l1_done, p1, p2, &tm_out1, warp >> 2);
     /* An L1 store still reading shared memory (the loop may have left on a
      * vote, with L1_DONE unpublished) completes before the CTA ends. */
     if (tid == 0) mm_bulk_wait_group<0>();
