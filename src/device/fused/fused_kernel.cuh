@@ -135,7 +135,16 @@ struct mm_fused_tiles {
 };
 
 /* Static shared memory the fused layout adds to the engine's 256 B reserve
- * (which covers the grid barrier's and other helpers' words). */
+ * (which covers the grid barrier's and other helpers' words): mm_fused_cta.
+ * 1024 since the math state moved there (thirtieth session; 512 before).
+ * The trade: every byte counts against the stages, so the 512 B more cost
+ * the third stage in narrow windows of very large local expert counts
+ * (E_l 331-355 for the 256x128 pair at G = 64, 484-509 at G = 128, 587-611 /
+ * 664-688 for the 128x256 pair; a host-side sweep of E_l 1-1024) and halve
+ * the stride order's task cache at ~300 counts; every expert count of the
+ * models in docs (at most 256 local) keeps its stages. Shrinking the state
+ * (per-warp 24 B, the CTA-wide words read from this struct's own fields)
+ * gets most of it back: docs/PERF.md, Next. */
 #define MM_FUSED_STATIC_SMEM 1024u
 
 /* Where the task cache starts in the scheduler area: after the copy warps'
@@ -478,7 +487,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
     sm_ring.tile_empty = ms->ring_empty;
     const bool got = mm_fused_read_task(sm_ring, ring, p1, j, &task);
     ms->j = j + 1;
-    ms->task_block0 = task.block0;
+    ms->task_block0 = task.block0; /* the L1 tile's, pending after its epilogue (stale when not an L1 task: unread) */
     ms->task_rows = task.rows;
     lap(MM_TL_MATH_TASK);
     /* One decision for the 256 math threads (a wait that gave up in some). */
@@ -524,6 +533,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
       /* A give-up in the hand-off (the abort word is set) stages nothing;
        * the next tile's vote leaves, the copy warps leave on the abort word. */
       const int32_t l2_tiles = ms->l2_tiles;
+      __syncwarp(); /* every lane's read before any lane's write */
       ms->l2_tiles = l2_tiles + 1;
       (void)mm_gemm_epilogue_stage_for_copy<T2>(sm2, p2, l2_tiles, wg, acc);
       if (threadIdx.x == 0) {

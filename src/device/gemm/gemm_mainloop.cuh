@@ -150,7 +150,7 @@ MM_DEVICE uint64_t mm_gemm_waited_total() {
  * (the first MM_TL_MAX_CTAS) and math warpgroup, kept by the warpgroup's
  * first thread (its own slot: no race):
  *   wait      the full-barrier waits, from before the first try (a try that
- *             suspends the thread counts: the wait timer above misses it);
+ *             suspends the thread counts, as in the wait timer above);
  *   loop      from the end of one tile's epilogue (or the loop's start) to the
  *             start of the next one's: the K loop, its waits and the scheduler;
  *   epilogue  the epilogues.
