@@ -131,7 +131,8 @@ static mm_test_result t_split_tiles_per_regime(void) {
 }
 
 /* The kernel's shared memory for every instantiated pair and every local
- * expert count: the task cache never costs a pipeline stage, and what the
+ * expert count: the task cache never costs a pipeline stage, the pairs keep
+ * the stages they were measured with up to 256 local experts, and what the
  * launch requests plus the static reserve fits the opt-in limit. Host
  * arithmetic of the kernel's own layout functions (fused_arm.cu). Pairs no
  * regime picks are not instantiated. */
@@ -154,6 +155,16 @@ static mm_test_result t_fused_smem_plans(void) {
                 mm_gemm_tile_name(pairs[i].l1), mm_gemm_tile_name(pairs[i].l2), (int)pairs[i].g, (int)e, pl.stages,
                 pl.stages_no_cache);
       CHECK_MSG(n <= 256 && (n & (n - 1)) == 0, "E_l %d: %u cache entries", (int)e, n);
+      /* The pipeline depth every measured configuration ran with (docs/PERF.md):
+       * up to 256 local experts, 3 stages for the large pairs (L1 128x256), 4
+       * for the decode pairs. Static shared memory is the usual way to lose
+       * one (MM_FUSED_STATIC_SMEM: each byte counts against the stages). */
+      if (e <= 256) {
+        const uint32_t want = pairs[i].l1 == MM_GEMM_TILE_128x256 ? 3u : 4u;
+        CHECK_MSG(pl.stages >= want, "%s + %s, G %d, E_l %d: %u pipeline stages, below the %u measured",
+                  mm_gemm_tile_name(pairs[i].l1), mm_gemm_tile_name(pairs[i].l2), (int)pairs[i].g, (int)e, pl.stages,
+                  want);
+      }
       if (pl.stages == 0) continue;
       CHECK_MSG(pl.dynamic_bytes + pl.static_reserve <= pl.limit, "%s + %s, G %d, E_l %d: %u + %u B above %u",
                 mm_gemm_tile_name(pairs[i].l1), mm_gemm_tile_name(pairs[i].l2), (int)pairs[i].g, (int)e,
