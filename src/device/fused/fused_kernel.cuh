@@ -413,7 +413,13 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
  * fence (an L2 producer's TMA reads them next), the math threads' barrier,
  * one release that is cumulative over them. */
 MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, volatile mm_fused_math_state* ms) {
-  if (ms->pend_block0 < 0) return;
+  const int64_t block0 = ms->pend_block0;
+  if (block0 < 0) return;
+  /* Read by every lane before the barrier: after it, the warp's other lanes
+   * reset the pending tile while thread 0 releases (no read of the state
+   * may follow that reset unordered). */
+  int32_t* const counter = ms->l1_done + block0;
+  const int32_t rows = ms->pend_rows;
   /* The pending tile's TMA store written (thread 0 issued it, one bulk
    * group; it has no other: the next L1 tile's epilogue comes after this
    * publication). */
@@ -421,7 +427,7 @@ MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, volatile mm_fused_mat
   mm_fence_proxy_async_global();
   mm_gemm_math_barrier();
   if (threadIdx.x == 0) {
-    mm_red_release_gpu_add_s32(ms->l1_done + ms->pend_block0, ms->pend_rows);
+    mm_red_release_gpu_add_s32(counter, rows);
     mm_tl_stamp(L, MM_TL_L1_MATH_END);
   }
   ms->pend_block0 = -1;
