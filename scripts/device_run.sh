@@ -15,7 +15,9 @@
 #   ncu:TILE[:N,K[:M]]  ncu --set full of one bench-gemm launch of TILE (report in $OUT/ncu_TILE.txt)
 #   ncu-src:ARM[:TOKENS]  ncu's source counters of the arm's kernels in one forward of megamoe bench
 #                (split or fused, TOKENS per rank, 8192 by default): per-kernel summary of the warp
-#                samples per instruction (scripts/ncu_source_summary.py) in $OUT/ncu_src_ARM.txt
+#                samples per instruction (scripts/ncu_source_summary.py) in $OUT/ncu_src_ARM.txt,
+#                the samples per inlined role (scripts/ncu_source_join.py) in $OUT/ncu_join_ARM.txt,
+#                and the CSV and the `nvdisasm -gi` listing gzipped, for --within by hand
 #   sanitize[:TOOLS[:TARGETS]]  scripts/sanitize.sh (its own timeout per run, SANITIZE_TIMEOUT):
 #                the summary in $OUT/sanitize.txt, every log in $OUT/sanitize_logs.tgz
 #   soak         megamoe soak (defaults: 1000 calls per arm on all visible GPUs)
@@ -79,7 +81,25 @@ for step in "$@"; do
         ./build/megamoe bench --arms "$arm" --tokens "${tokens:-8192}" --rounds 1 --iters 3 > /dev/null 2>&1 || rc=1
       ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" 2>&1 &&
         python3 scripts/ncu_source_summary.py "$rep.csv" > "$OUT/ncu_src_$arm.txt" 2>&1 || rc=1
-      head -n 8 "$OUT/ncu_src_$arm.txt" ;;
+      head -n 8 "$OUT/ncu_src_$arm.txt"
+      # The samples per inlined role (scripts/ncu_source_join.py): the arm's kernel objects
+      # disassembled with their inline chains (the build has -lineinfo), joined by address.
+      case "$arm" in
+        fused) objs=(fused_g128_large fused_g128 fused_g64); dir=fused; joins=("mm_fused_kernel:fused_kernel.cuh") ;;
+        split) objs=(split_l1 split_l2); dir=split; joins=("mm_split_l1:split_kernels.cuh" "mm_split_l2:split_kernels.cuh") ;;
+      esac
+      elf="/tmp/ncu_elf_$arm"
+      rm -rf "$elf" && mkdir -p "$elf"
+      for o in "${objs[@]}"; do (cd "$elf" && cuobjdump -xelf all "$OLDPWD/build/src/device/$dir/$o.o" > /dev/null 2>&1); done
+      for c in "$elf"/*.cubin; do nvdisasm -gi -c "$c"; done > "$elf/gi.sass" 2> /dev/null
+      : > "$OUT/ncu_join_$arm.txt"
+      for j in "${joins[@]}"; do
+        python3 scripts/ncu_source_join.py "$rep.csv" "$elf/gi.sass" --kernel "${j%%:*}" --group-file "${j#*:}" \
+          >> "$OUT/ncu_join_$arm.txt" 2>&1 || rc=1
+      done
+      gzip -c "$rep.csv" > "$OUT/ncu_src_$arm.csv.gz"
+      gzip -c "$elf/gi.sass" > "$OUT/ncu_gi_$arm.sass.gz"
+      head -n 12 "$OUT/ncu_join_$arm.txt" ;;
     *) echo "unknown step $step"; rc=1 ;;
   esac
 done

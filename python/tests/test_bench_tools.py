@@ -305,6 +305,71 @@ def test_ncu_source_summary_rejects_a_file_without_kernels(tmp_path):
     assert out.returncode == 1 and "no kernel" in out.stderr
 
 
+# ---- scripts/ncu_source_join.py (samples per inlined role) -------------------
+
+def _sass_gi(path, functions):
+    """An `nvdisasm -gi` listing: per function (name, [(chain, instruction)]) its
+    .text label, each instruction's inline chain (innermost first) before it."""
+    lines = []
+    for name, instrs in functions:
+        lines.append(f"\t.text.{name}:")
+        for k, (chain, text) in enumerate(instrs):
+            for i, (f, n) in enumerate(chain):
+                outer = f' inlined at "/src/{chain[i + 1][0]}", line {chain[i + 1][1]}' if i + 1 < len(chain) else ""
+                lines.append(f'\t//## File "/src/{f}", line {n}{outer}')
+            lines.append(f"        /*{k * 16:04x}*/                   {text} ;")
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+def _join_inputs(tmp_path):
+    role_a = [("kern.cuh", 20), ("kern.cuh", 100)]          # a function inlined at the kernel's line 100
+    role_a2 = [("loop.cuh", 7), ("kern.cuh", 21), ("kern.cuh", 100)]
+    role_b = [("kern.cuh", 40), ("kern.cuh", 101)]
+    instrs = [(role_a, "LDL R4, [R1+0x8]"), (role_a2, "WARPGROUP.DEPBAR.LE gsb0, 0x0"),
+              (role_a, "VIADD R4, R4, 0x1"), (role_b, "STL [R1+0x4], R2"), (role_b, "BAR.SYNC 0x1, 0x100")]
+    sass = tmp_path / "k.sass"
+    _sass_gi(sass, [("other_kernel", instrs[:2]), ("the_kernel", instrs)])
+    # the CSV's rows in the same order: source, samples, executed, stall_barrier, stall_long_sb
+    csv_path = tmp_path / "src.csv"
+    _ncu_source_csv(csv_path, [("void the_kernel<...>", [
+        ("      LDL R4, [R1+0x8]", 4, 10, 0, 4),
+        ("      WARPGROUP.DEPBAR.LE gsb0, 0x0", 50, 10, 50, 0),
+        ("      VIADD R4, R4, 0x1", 30, 10, 0, 30),
+        ("      STL [R1+0x4], R2", 1, 10, 0, 1),
+        ("      BAR.SYNC 0x1, 0x100", 15, 10, 15, 0),
+    ])])
+    return csv_path, sass
+
+
+def test_ncu_source_join_groups_by_role_and_finds_spills(tmp_path):
+    csv_path, sass = _join_inputs(tmp_path)
+    script = ROOT / "scripts" / "ncu_source_join.py"
+    out = subprocess.run([sys.executable, str(script), str(csv_path), str(sass), "--group-file", "kern.cuh"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "5 instructions matched to the_kernel, 100 samples" in text
+    assert "kern.cuh:100" in text and "84  84.0%" in text      # 4 + 50 + 30
+    assert "kern.cuh:101" in text and "16  16.0%" in text
+    spills = text.split("local memory")[1].split("top ")[0]
+    assert "kern.cuh:100" in spills and "kern.cuh:101" in spills  # one LDL, one STL
+    # --within: only the role inlined at line 100, by the frame inside it
+    out = subprocess.run([sys.executable, str(script), str(csv_path), str(sass), "--within", "kern.cuh:100"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "inlined at kern.cuh:100: 84 samples (84.0%)" in out.stdout
+    assert "kern.cuh:20" in out.stdout and "kern.cuh:21" in out.stdout and "kern.cuh:40" not in out.stdout
+
+
+def test_ncu_source_join_refuses_another_build(tmp_path):
+    csv_path, sass = _join_inputs(tmp_path)
+    short = tmp_path / "short.sass"
+    _sass_gi(short, [("the_kernel", [([("kern.cuh", 1)], "NOP")])])
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ncu_source_join.py"), str(csv_path), str(short)],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "no function of 5 instructions" in out.stderr
+
+
 # ---- scripts/ab_summary.py (ab_bench.sh's closing table) --------------------
 
 def _ab_log(path, runs):
