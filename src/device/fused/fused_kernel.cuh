@@ -434,8 +434,7 @@ MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, volatile mm_fused_mat
 }
 
 template <class T1, class T2>
-MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, mm_fused_math_state* state,
-                             mm_fused_math_laps* laps_smem, const mm_gemm_smem& sm,
+MM_DEVICE void mm_fused_math(const mm_layer_view& L, mm_fused_cta& c, const mm_gemm_smem& sm,
                              const mm_fused_stream* s, int32_t* l1_done, const mm_gemm_problem& p1,
                              const mm_gemm_problem& p2, const CUtensorMap* tm_out1, int wg) {
   const mm_gemm_smem sm1 = mm_fused_view_l1<T1>(sm), sm2 = mm_fused_view_l2<T2>(sm);
@@ -450,7 +449,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
    * pending, and an L2 task publishes it before its mainloop
    * (mm_fused_publish_l1: thread 0's wait_group 0, then a math barrier).
    * The same tasks in every math thread: the waits are uniform. */
-  volatile mm_fused_math_state* ms = state + (threadIdx.x >> 5);
+  volatile mm_fused_math_state* ms = c.math_state + (threadIdx.x >> 5);
   ms->j = 0;
   ms->l2_tiles = 0; /* the copy hand-off's tile index (gemm_epilogue.cuh) */
   ms->pend_block0 = -1;
@@ -464,7 +463,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
    * make BUILD=build_tl NVCC="nvcc -DMM_FUSED_MATH_TIMELINE=1" build_tl/megamoe,
    * then MEGAMOE_TIMELINE=1 build_tl/megamoe bench --arms fused. */
   const bool timed = MM_FUSED_MATH_TIMELINE && L.timeline != nullptr && threadIdx.x == 0;
-  volatile mm_fused_math_laps* laps = laps_smem;
+  volatile mm_fused_math_laps* laps = &c.math_laps;
   if (timed) {
     for (int e = 0; e <= MM_TL_MATH_L2_PUB - MM_TL_MATH_TASK; ++e) laps->spent[e] = 0;
     laps->data_wait[0] = laps->data_wait[1] = 0;
@@ -491,7 +490,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, const mm_fused_task* ring, 
     mm_gemm_smem sm_ring = sm;
     sm_ring.tile_full = ms->ring_full;
     sm_ring.tile_empty = ms->ring_empty;
-    const bool got = mm_fused_read_task(sm_ring, ring, p1, j, &task);
+    const bool got = mm_fused_read_task(sm_ring, c.ring, p1, j, &task);
     ms->j = j + 1;
     ms->task_block0 = task.block0; /* the L1 tile's, pending after its epilogue (stale when not an L1 task: unread) */
     ms->task_rows = task.rows;
@@ -832,7 +831,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_gemm_tail_regs_producer();
   } else {
     mm_gemm_math_regs_take<MM_FUSED_MATH_REGS>();
-    mm_fused_math<T1, T2>(L, ctl.ring, ctl.math_state, &ctl.math_laps, sm, s, l1_done, p1, p2, &tm_out1, warp >> 2);
+    mm_fused_math<T1, T2>(L, ctl, sm, s, l1_done, p1, p2, &tm_out1, warp >> 2);
     /* An L1 store still reading shared memory (the loop may have left on a
      * vote, with L1_DONE unpublished) completes before the CTA ends. */
     if (tid == 0) mm_bulk_wait_group<0>();
