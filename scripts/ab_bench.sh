@@ -6,7 +6,11 @@
 #       "DEFS_A" "DEFS_B" BENCH_ARGS...
 #
 # DEFS_A / DEFS_B: nvcc macros of each build ("" for the default build),
-# e.g. "" "-DMM_EARLY_COMBINE=1". The builds go to build_ab_a and
+# e.g. "" "-DMM_EARLY_COMBINE=1"; "@DIR [MACROS]" builds the source tree in
+# DIR instead of this one (e.g. an earlier commit's, made on the CPU machine
+# with `git archive HEAD | tar -x -C _ab_head`: the device's copy has no
+# .git; _ab_head is git-ignored, so the device call carries it by name), so
+# a change with no macro of its own is measured against the tree before it. The builds go to build_ab_a and
 # build_ab_b (reused when their macros match; make does not track macros),
 # in parallel. Then `megamoe bench BENCH_ARGS` runs N times per build
 # (default 2), alternating A B B A A B ..., each run's table rows printed
@@ -116,10 +120,15 @@ jobs=$(( $(nproc) / ${#names[@]} ))
 [ "$jobs" -ge 1 ] || jobs=1
 
 build() { # name defs
-  local dir=build_ab_$1
+  local dir=build_ab_$1 src=. macros=$2
+  if [[ "$2" == @* ]]; then # "@DIR [MACROS]": another source tree
+    read -r src macros <<< "${2#@}"
+    [ -f "$src/Makefile" ] || { echo "ab_bench: no source tree at '$src'" > "$OUT/ab_build_$1.log"; return 1; }
+  fi
   if [ "$(cat "$dir/.nvcc_defs" 2> /dev/null)" != "$2" ]; then rm -rf "$dir"; fi
   mkdir -p "$dir" && printf '%s' "$2" > "$dir/.nvcc_defs"
-  make -j"$jobs" BUILD="$dir" NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc $2" "$dir/megamoe" > "$OUT/ab_build_$1.log" 2>&1
+  make -C "$src" -j"$jobs" BUILD="$PWD/$dir" NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc $macros" "$PWD/$dir/megamoe" \
+    > "$OUT/ab_build_$1.log" 2>&1
 }
 pids=()
 for ((i = 0; i < ${#names[@]}; ++i)); do

@@ -104,9 +104,22 @@ static_assert(MM_FUSED_PRODUCER_REGS % 8 == 0 && MM_FUSED_MATH_REGS % 8 == 0 &&
 /* A tile shape of the fused kernel: the engine's config with one stage size
  * for both shapes (kStage bytes, A at the stage's start, B right after the
  * tile's A) and the A scales at a stride of the larger tile's, and A loaded
- * per 128-row ring block (gemm_cfg.cuh). */
-template <class Base, uint32_t kStage, uint32_t kStageSFMax>
+ * per 128-row ring block (gemm_cfg.cuh). kBScale128_: the L2 tile's B
+ * scales (W2's) are per 128 columns, which mm_fused_prepare checks. */
+/* Options measured against the default (docs/PERF.md, thirty-first
+ * session), both off: the L1 epilogue's codes stored straight to global
+ * memory when the copy warps still hold the staging area, instead of
+ * waiting for it; the routing weights loaded early and used after the
+ * SwiGLU pass (the split arm's order). */
+#ifndef MM_FUSED_L1_STAGING_ADAPTIVE
+#define MM_FUSED_L1_STAGING_ADAPTIVE 0
+#endif
+#ifndef MM_FUSED_LATE_WEIGHTS
+#define MM_FUSED_LATE_WEIGHTS 0
+#endif
+template <class Base, uint32_t kStage, uint32_t kStageSFMax, bool kBScale128_ = false>
 struct mm_fused_tile : Base {
+  static constexpr bool kBScale128 = kBScale128_;
   static constexpr uint32_t kStrideA = kStage;
   static constexpr uint32_t kStrideB = kStage;
   static constexpr uint32_t kStrideSF = kStageSFMax;
@@ -124,7 +137,7 @@ struct mm_fused_tiles {
   static constexpr uint32_t kStageSF = C1::kStageSF > C2::kStageSF ? C1::kStageSF : C2::kStageSF;
   static constexpr uint32_t kBM = C1::BM > C2::BM ? C1::BM : C2::BM;
   using T1 = mm_fused_tile<C1, kStage, kStageSF>;
-  using T2 = mm_fused_tile<C2, kStage, kStageSF>;
+  using T2 = mm_fused_tile<C2, kStage, kStageSF, true>;
   static_assert(!C1::kStaging && C2::kStaging, "L1 stores its fp8 codes, L2 stages bf16 for the copy warps");
   /* An L1 tile with the SwiGLU staging (kSwStage) puts its codes (BM rows
    * of 128 bytes) into the L2 tile's staging area, between two L2 tiles'
@@ -135,17 +148,20 @@ struct mm_fused_tiles {
 };
 
 /* Static shared memory the fused layout adds to the engine's 256 B reserve
- * (which covers the grid barrier's and other helpers' words): mm_fused_cta.
- * 1024 since the math state moved there (thirtieth session; 512 before).
- * The trade: every byte counts against the stages, so the 512 B more cost
- * the third stage in narrow windows of very large local expert counts
- * (E_l 331-355 for the 256x128 pair at G = 64, 484-509 at G = 128, 587-611 /
- * 664-688 for the 128x256 pair; a host-side sweep of E_l 1-1024) and halve
- * the stride order's task cache at ~300 counts; every expert count of the
- * models in docs (at most 256 local) keeps its stages. Shrinking the state
- * (per-warp 24 B, the CTA-wide words read from this struct's own fields)
- * gets most of it back: docs/PERF.md, Next. */
-#define MM_FUSED_STATIC_SMEM 1024u
+ * (which covers the grid barrier's and other helpers' words): mm_fused_cta
+ * (static_assert below), 536 B, and the 64 B the kernel's helpers take.
+ * Every byte counts against the stages: against the 512 B reserve before
+ * the math state moved here, the large pairs lose their third stage at 6
+ * local expert counts each (E_l 350-355 for 256x128 at G = 64, 504-509 at
+ * G = 128, 606-611 / 683-688 for 128x256), none up to 256 (a host-side
+ * sweep of E_l 1-1024 with mm_fused_layout_with; 25 counts each at the
+ * thirtieth session's 1024 B, before the per-warp state shrank to 24 B and
+ * the laps went to timeline builds only). Back to 512 B would need the
+ * task ring's 40-byte entries packed. The timeline build's laps take 96 B
+ * more (its windows 12-13 counts). */
+#ifndef MM_FUSED_STATIC_SMEM
+#define MM_FUSED_STATIC_SMEM (MM_FUSED_MATH_TIMELINE ? 768u : 640u)
+#endif
 
 /* Where the task cache starts in the scheduler area: after the copy warps'
  * row destinations (C2::BM pointers) and the stream, 8-byte aligned. */
@@ -187,9 +203,11 @@ static inline __host__ __device__ uint32_t mm_fused_task_cache_entries(int exper
 }
 
 /* The math loop's state between tasks (the task index, the L2 tiles staged,
- * the pending L1 tile, the current task's block, the L1_DONE counters, the
- * task ring's barriers), in shared memory, one copy per math warp (its lanes
- * store the same values), read where it is used. Kept in registers it was
+ * the pending L1 tile, the current task's block), in shared memory, one copy
+ * per math warp (its lanes store the same values), read where it is used;
+ * the CTA-wide words it needs too (the L1_DONE counters, the task ring's
+ * barriers) are read from mm_fused_cta the same way (mm_fused_cta_v). Kept
+ * in registers it was
  * spilled by ptxas across the mainloops (~10 words), and ncu put ~3.4 % of
  * the math warps' samples on the reloads, which missed L1: every counter
  * acquire and bulk wait of the SM's roles invalidates it (`CCTL.IVALL`).
@@ -199,14 +217,13 @@ static inline __host__ __device__ uint32_t mm_fused_task_cache_entries(int exper
 struct mm_fused_math_state {
   uint32_t j;          /* the next task's index in the task ring */
   int32_t l2_tiles;    /* L2 tiles staged so far (the copy hand-off's index) */
-  int64_t pend_block0; /* the L1 tile whose L1_DONE is pending (-1: none) */
+  int32_t pend_block0; /* the L1 tile whose L1_DONE is pending (-1: none); virtual blocks fit 32 bits
+                        * (mm_fused_stream's block_start) */
   int32_t pend_rows;
-  int32_t task_rows;   /* the current task's rows and first block */
-  int64_t task_block0;
-  int32_t* l1_done;    /* this forward's L1_DONE counters */
-  uint32_t ring_full;  /* the task ring's barriers (mm_gemm_smem's tile_full, tile_empty) */
-  uint32_t ring_empty;
+  int32_t task_block0; /* the current task's first block and rows */
+  int32_t task_rows;
 };
+static_assert(sizeof(mm_fused_math_state) == 24, "the per-warp state's share of the static reserve");
 
 /* The math timeline's sums (-DMM_FUSED_MATH_TIMELINE=1 builds; math thread 0
  * only), in shared memory for the same reason: in registers they were
@@ -239,8 +256,14 @@ struct mm_fused_cta {
   const uint64_t* cache;     /* without claim: this CTA's first cache_n tasks, packed (stride order), or NULL */
   uint32_t cache_n;          /* mm_fused_task_cache_entries */
   mm_fused_math_state math_state[8]; /* per math warp (mm_fused_math) */
+#if MM_FUSED_MATH_TIMELINE
   mm_fused_math_laps math_laps;      /* math thread 0's timeline (mm_fused_math) */
+#endif
 };
+
+/* The context read through volatile (the math loop: a load at each use, so
+ * no copy of it stays live in a register across a mainloop). */
+MM_DEVICE volatile mm_fused_cta* mm_fused_cta_v(mm_fused_cta& c) { return &c; }
 
 static_assert(sizeof(mm_fused_cta) + 64 <= MM_FUSED_STATIC_SMEM, "the fused kernel's static shared memory is reserved");
 
@@ -412,13 +435,13 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
  * task or the ring's distance publishes it first), then the async-proxy
  * fence (an L2 producer's TMA reads them next), the math threads' barrier,
  * one release that is cumulative over them. */
-MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, volatile mm_fused_math_state* ms) {
-  const int64_t block0 = ms->pend_block0;
+MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, mm_fused_cta& c, volatile mm_fused_math_state* ms) {
+  const int32_t block0 = ms->pend_block0;
   if (block0 < 0) return;
   /* Read by every lane before the barrier: after it, the warp's other lanes
    * reset the pending tile while thread 0 releases (no read of the state
    * may follow that reset unordered). */
-  int32_t* const counter = ms->l1_done + block0;
+  int32_t* const counter = mm_fused_cta_v(c)->l1_done + block0;
   const int32_t rows = ms->pend_rows;
   /* The pending tile's TMA store written (thread 0 issued it, one bulk
    * group; it has no other: the next L1 tile's epilogue comes after this
@@ -435,7 +458,7 @@ MM_DEVICE void mm_fused_publish_l1(const mm_layer_view& L, volatile mm_fused_mat
 
 template <class T1, class T2>
 MM_DEVICE void mm_fused_math(const mm_layer_view& L, mm_fused_cta& c, const mm_gemm_smem& sm,
-                             const mm_fused_stream* s, int32_t* l1_done, const mm_gemm_problem& p1,
+                             const mm_fused_stream* s, const mm_gemm_problem& p1,
                              const mm_gemm_problem& p2, const CUtensorMap* tm_out1, int wg) {
   const mm_gemm_smem sm1 = mm_fused_view_l1<T1>(sm), sm2 = mm_fused_view_l2<T2>(sm);
   mm_gemm_pipe pipe = {0u, 0u};
@@ -454,16 +477,17 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, mm_fused_cta& c, const mm_g
   ms->l2_tiles = 0; /* the copy hand-off's tile index (gemm_epilogue.cuh) */
   ms->pend_block0 = -1;
   ms->pend_rows = 0;
-  ms->l1_done = l1_done;
-  ms->ring_full = sm.tile_full;
-  ms->ring_empty = sm.tile_empty;
   __syncwarp();
   /* Timeline of the math warps' parts (thread 0 only): compiled in only with
    * -DMM_FUSED_MATH_TIMELINE=1 (its sums in shared memory: mm_fused_math_laps), e.g.
    * make BUILD=build_tl NVCC="nvcc -DMM_FUSED_MATH_TIMELINE=1" build_tl/megamoe,
    * then MEGAMOE_TIMELINE=1 build_tl/megamoe bench --arms fused. */
   const bool timed = MM_FUSED_MATH_TIMELINE && L.timeline != nullptr && threadIdx.x == 0;
+#if MM_FUSED_MATH_TIMELINE
   volatile mm_fused_math_laps* laps = &c.math_laps;
+#else
+  volatile mm_fused_math_laps* laps = nullptr; /* never used: timed is false */
+#endif
   if (timed) {
     for (int e = 0; e <= MM_TL_MATH_L2_PUB - MM_TL_MATH_TASK; ++e) laps->spent[e] = 0;
     laps->data_wait[0] = laps->data_wait[1] = 0;
@@ -488,11 +512,11 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, mm_fused_cta& c, const mm_g
     mm_fused_task task;
     const uint32_t j = ms->j;
     mm_gemm_smem sm_ring = sm;
-    sm_ring.tile_full = ms->ring_full;
-    sm_ring.tile_empty = ms->ring_empty;
+    sm_ring.tile_full = mm_fused_cta_v(c)->sm.tile_full;
+    sm_ring.tile_empty = mm_fused_cta_v(c)->sm.tile_empty;
     const bool got = mm_fused_read_task(sm_ring, c.ring, p1, j, &task);
     ms->j = j + 1;
-    ms->task_block0 = task.block0; /* the L1 tile's, pending after its epilogue (stale when not an L1 task: unread) */
+    ms->task_block0 = (int32_t)task.block0; /* the L1 tile's, pending after its epilogue (stale when not an L1 task: unread) */
     ms->task_rows = task.rows;
     lap(MM_TL_MATH_TASK);
     /* One decision for the 256 math threads (a wait that gave up in some). */
@@ -507,28 +531,38 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, mm_fused_cta& c, const mm_g
        * possible with the dynamic claim, where a CTA's consecutive tasks can
        * be far apart). */
       if (ms->pend_block0 >= 0 && task.block0 + 1 >= ms->pend_block0 + s->order.ring_blocks)
-        mm_fused_publish_l1(L, ms);
+        mm_fused_publish_l1(L, c, ms);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T1::BN);
       float acc[T1::kWaves][64];
       const bool mine = mm_gemm_consume_tile<T1, true>(sm1, pipe, p1, ti, wg, acc);
       if (!mm_gemm_math_vote_ok(sm1, mine)) return;
       lap(MM_TL_MATH_L1);
-      mm_fused_publish_l1(L, ms);
+      mm_fused_publish_l1(L, c, ms);
       lap(MM_TL_MATH_L1_PUB);
       const int32_t l2_tiles = ms->l2_tiles;
+      const CUtensorMap* tm_codes = tm_out1;
       if (mm_gemm_swiglu_staged<T1>(p1, ti, tm_out1) && l2_tiles > 0) {
+#if MM_FUSED_L1_STAGING_ADAPTIVE
+        /* The copy warps still reading the last L2 tile out: this tile's
+         * codes go straight to global memory (the partial tiles' path)
+         * instead of waiting for the area; one decision for the math
+         * threads, thread 0 probes. Nothing waits, so no give-up here. */
+        const bool busy = threadIdx.x == 0 && !mm_mbar_test_wait(sm2.copy_empty, (uint32_t)(l2_tiles - 1) & 1u);
+        if (mm_named_barrier_or(MM_GEMM_BAR_VOTE, MM_GEMM_MATH_THREADS, busy)) tm_codes = nullptr;
+#else
         /* A give-up (the abort word is set) must not overwrite what the
          * copy warps may still be reading: all math threads leave. */
         const bool read_out =
             threadIdx.x != 0 || mm_gemm_wait(sm2, sm2.copy_empty, (uint32_t)(l2_tiles - 1) & 1u, p2);
         if (!mm_gemm_math_vote_ok(sm1, read_out)) return;
+#endif
       }
-      mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_out1);
+      mm_gemm_epilogue_swiglu<T1, MM_FUSED_LATE_WEIGHTS != 0>(sm1, p1, ti, wg, acc, tm_codes);
       ms->pend_block0 = ms->task_block0;
       ms->pend_rows = ms->task_rows;
       lap(MM_TL_MATH_L1_EPI);
     } else {
-      mm_fused_publish_l1(L, ms);
+      mm_fused_publish_l1(L, c, ms);
       lap(MM_TL_MATH_L2_PUB);
       const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
       float acc[T2::kWaves][64];
@@ -548,7 +582,7 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, mm_fused_cta& c, const mm_g
       lap(MM_TL_MATH_L2_EPI);
     }
   }
-  mm_fused_publish_l1(L, ms);
+  mm_fused_publish_l1(L, c, ms);
   if (timed) {
     for (int e = MM_TL_MATH_TASK; e <= MM_TL_MATH_L2_PUB; ++e) mm_tl_add(L, e, laps->spent[e - MM_TL_MATH_TASK]);
     mm_tl_add(L, MM_TL_MATH_L1_DATA, laps->data_wait[0]); /* 0 without MM_GEMM_WAIT_TIMER: nothing added */
@@ -831,7 +865,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     mm_gemm_tail_regs_producer();
   } else {
     mm_gemm_math_regs_take<MM_FUSED_MATH_REGS>();
-    mm_fused_math<T1, T2>(L, ctl, sm, s, l1_done, p1, p2, &tm_out1, warp >> 2);
+    mm_fused_math<T1, T2>(L, ctl, sm, s, p1, p2, &tm_out1, warp >> 2);
     /* An L1 store still reading shared memory (the loop may have left on a
      * vote, with L1_DONE unpublished) completes before the CTA ends. */
     if (tid == 0) mm_bulk_wait_group<0>();

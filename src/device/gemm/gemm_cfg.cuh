@@ -106,6 +106,12 @@ struct mm_gemm_cfg {
   static constexpr uint32_t kStrideB = kStageB;
   static constexpr uint32_t kStrideSF = kStageSF;
   static constexpr int kABoxRows = BM;
+  /* kBScale128: the problem's B scales are per 128 columns (b_sf_block_n
+   * 128), known at compile time, so a wave's two 64-column halves share one
+   * scale and its loads: a type whose launcher checks b_sf_block_n sets it
+   * (the fused kernel's L2 tile, W2's scales; the engine's kernels take 64
+   * or 128 at run time). */
+  static constexpr bool kBScale128 = false;
 
   static_assert(BM == 64 || BM == 128 || BM == 256, "BM");
   static_assert(BN == 128 || BN == 256, "BN");

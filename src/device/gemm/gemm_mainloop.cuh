@@ -427,6 +427,15 @@ MM_DEVICE void mm_gemm_sfb_rows(const mm_gemm_problem& p, const mm_gemm_tile_inf
     for (int h = 0; h < 2; ++h) sfb[wn][h] = sfb_e + (int64_t)((ti.n0 + col_w + 128 * wn + 64 * h) / bsn) * kblocks;
 }
 
+/* The B scales of wave column wn for K block kb, its two 64-column halves.
+ * With Cfg::kBScale128 both halves are one scale: one load, and the second
+ * row pointer is never read (so not kept live across the K loop). */
+template <class Cfg>
+MM_DEVICE void mm_gemm_sb_load(const float* const (&sfb)[2], int kb, float (&sb)[2]) {
+  sb[0] = __ldg(sfb[0] + kb);
+  sb[1] = Cfg::kBScale128 ? sb[0] : __ldg(sfb[1] + kb);
+}
+
 /* Math warpgroup, one partial accumulator: per K block and wave, issue the
  * chain, wait for it, promote. acc[w] (w = wm * kWN + wn) is the promoted
  * fp32 result of wave (wm, wn) in the m64n128 fragment layout. Every thread
@@ -474,9 +483,7 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   mm_gemm_sfb_rows<Cfg>(p, ti, col_w, sfb);
   float sb_next[Cfg::kWN][2];
 #pragma unroll
-  for (int wn = 0; wn < Cfg::kWN; ++wn)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) sb_next[wn][h] = __ldg(sfb[wn][h]);
+  for (int wn = 0; wn < Cfg::kWN; ++wn) mm_gemm_sb_load<Cfg>(sfb[wn], 0, sb_next[wn]);
 
   bool stage_ready = false; /* kEarlyProbe: the probe found the pipe's current stage full */
   /* K block kb, in the pipe's current stage; with kProbe (kEarlyProbe, not
@@ -489,12 +496,11 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
     float sb[Cfg::kWN][2];
     const int kn = kb + 1 < kblocks ? kb + 1 : kb;
 #pragma unroll
-    for (int wn = 0; wn < Cfg::kWN; ++wn)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        sb[wn][h] = sb_next[wn][h];
-        sb_next[wn][h] = __ldg(sfb[wn][h] + kn);
-      }
+    for (int wn = 0; wn < Cfg::kWN; ++wn) {
+      sb[wn][0] = sb_next[wn][0];
+      sb[wn][1] = sb_next[wn][1];
+      mm_gemm_sb_load<Cfg>(sfb[wn], kn, sb_next[wn]);
+    }
     /* A wait that gives up leaves the abort word set, which the return
      * value reads (and every caller's vote): a flag of its own here, kept
      * through the K loop, was spilled by ptxas to the stack in the fused
@@ -609,8 +615,7 @@ MM_DEVICE bool mm_gemm_consume_tile_2p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
     const float* sf_ = sm.sf_ptr + st * (Cfg::kStrideSF / 4) + h_ * Cfg::BM;                    \
     sa[0] = sf_[r];                                                                             \
     sa[1] = sf_[r + 8];                                                                         \
-    sb[0] = __ldg(sfb[0][0] + kb_);                                                             \
-    sb[1] = __ldg(sfb[0][1] + kb_);                                                             \
+    mm_gemm_sb_load<Cfg>(sfb[0], kb_, sb);                                                      \
     mm_gemm_issue_chain<Cfg>(sm, st, h_, row_w, col_w, 0, 0, part);                             \
     if (h_ == Cfg::kPromo - 1) mm_gemm_pipe_advance(pipe, sm.stages);                           \
   } while (0)
