@@ -8,7 +8,8 @@
 # DEFS_A / DEFS_B: nvcc macros of each build ("" for the default build),
 # e.g. "" "-DMM_EARLY_COMBINE=1"; "@DIR [MACROS]" builds the source tree in
 # DIR instead of this one (e.g. an earlier commit's, made on the CPU machine
-# with `git archive HEAD | tar -x -C _ab_head`: the device's copy has no
+# with `rm -rf _ab_head && mkdir _ab_head && git archive HEAD | tar -x -C
+# _ab_head`, fresh, as its Makefile builds every source it finds: the device's copy has no
 # .git; _ab_head is git-ignored, so the device call carries it by name), so
 # a change with no macro of its own is measured against the tree before it. The builds go to build_ab_a and
 # build_ab_b (reused when their macros match; make does not track macros),
@@ -120,14 +121,18 @@ jobs=$(( $(nproc) / ${#names[@]} ))
 [ "$jobs" -ge 1 ] || jobs=1
 
 build() { # name defs
-  local dir=build_ab_$1 src=. macros=$2
-  if [[ "$2" == @* ]]; then # "@DIR [MACROS]": another source tree
+  local dir=build_ab_$1 src=. macros=$2 key=$2 bdir=build_ab_$1
+  if [[ "$2" == @* ]]; then # "@DIR [MACROS]": another source tree, built from inside it
     read -r src macros <<< "${2#@}"
     [ -f "$src/Makefile" ] || { echo "ab_bench: no source tree at '$src'" > "$OUT/ab_build_$1.log"; return 1; }
+    # make cannot tell what changed in DIR (an archive's files carry the
+    # commit's time), so the build is reused only for the same content.
+    key="$2 $(cd "$src" && find . -type f ! -path './build*' -print0 | sort -z | xargs -0 md5sum | md5sum | cut -c1-32)"
+    bdir=$PWD/$dir
   fi
-  if [ "$(cat "$dir/.nvcc_defs" 2> /dev/null)" != "$2" ]; then rm -rf "$dir"; fi
-  mkdir -p "$dir" && printf '%s' "$2" > "$dir/.nvcc_defs"
-  make -C "$src" -j"$jobs" BUILD="$PWD/$dir" NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc $macros" "$PWD/$dir/megamoe" \
+  if [ "$(cat "$dir/.nvcc_defs" 2> /dev/null)" != "$key" ]; then rm -rf "$dir"; fi
+  mkdir -p "$dir" && printf '%s' "$key" > "$dir/.nvcc_defs"
+  make -C "$src" -j"$jobs" BUILD="$bdir" NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc $macros" "$bdir/megamoe" \
     > "$OUT/ab_build_$1.log" 2>&1
 }
 pids=()

@@ -101,12 +101,7 @@ static_assert(MM_FUSED_PRODUCER_REGS % 8 == 0 && MM_FUSED_MATH_REGS % 8 == 0 &&
  * per CTA summed at 8192 tokens, EP1; docs/PERF.md). Tasks past these are
  * decoded by the producer as before. */
 #define MM_FUSED_TASK_CACHE 256
-/* A tile shape of the fused kernel: the engine's config with one stage size
- * for both shapes (kStage bytes, A at the stage's start, B right after the
- * tile's A) and the A scales at a stride of the larger tile's, and A loaded
- * per 128-row ring block (gemm_cfg.cuh). kBScale128_: the L2 tile's B
- * scales (W2's) are per 128 columns, which mm_fused_prepare checks. */
-/* Options measured against the default (docs/PERF.md, thirty-first
+/* Options to measure against the default (docs/PERF.md, thirty-first
  * session), both off: the L1 epilogue's codes stored straight to global
  * memory when the copy warps still hold the staging area, instead of
  * waiting for it; the routing weights loaded early and used after the
@@ -117,6 +112,11 @@ static_assert(MM_FUSED_PRODUCER_REGS % 8 == 0 && MM_FUSED_MATH_REGS % 8 == 0 &&
 #ifndef MM_FUSED_LATE_WEIGHTS
 #define MM_FUSED_LATE_WEIGHTS 0
 #endif
+/* A tile shape of the fused kernel: the engine's config with one stage size
+ * for both shapes (kStage bytes, A at the stage's start, B right after the
+ * tile's A) and the A scales at a stride of the larger tile's, and A loaded
+ * per 128-row ring block (gemm_cfg.cuh). kBScale128_: the L2 tile's B
+ * scales (W2's) are per 128 columns, which mm_fused_prepare checks. */
 template <class Base, uint32_t kStage, uint32_t kStageSFMax, bool kBScale128_ = false>
 struct mm_fused_tile : Base {
   static constexpr bool kBScale128 = kBScale128_;
@@ -149,7 +149,8 @@ struct mm_fused_tiles {
 
 /* Static shared memory the fused layout adds to the engine's 256 B reserve
  * (which covers the grid barrier's and other helpers' words): mm_fused_cta
- * (static_assert below), 536 B, and the 64 B the kernel's helpers take.
+ * (static_assert below), 536 B, and 64 B of margin for the kernel's other
+ * static words (ptxas: 8 B).
  * Every byte counts against the stages: against the 512 B reserve before
  * the math state moved here, the large pairs lose their third stage at 6
  * local expert counts each (E_l 350-355 for 256x128 at G = 64, 504-509 at
