@@ -182,8 +182,27 @@ static mm_test_result t_fused_smem_plans(void) {
   return MM_TEST_PASS;
 }
 
+/* The fused kernel's L2 tile reads one B scale per 128 columns
+ * (kBScale128, fused_kernel.cuh): a plan whose L2 B scales are per 64 is
+ * refused before any launch, by name, the plans untouched. */
+static mm_test_result t_fused_l2_b_scale_block(void) {
+  mm_gemm_plan l1, l2;
+  memset(&l1, 0, sizeof l1);
+  memset(&l2, 0, sizeof l2);
+  l1.tile = MM_GEMM_TILE_128x256;
+  l2.tile = MM_GEMM_TILE_128x256;
+  l2.problem.a_sf_block = 128;
+  l2.problem.b_sf_block_n = 64;
+  mm_gemm_plan l1_before = l1, l2_before = l2;
+  CHECK(mm_fused_prepare(&l1, &l2) == MEGAMOE_ERR_INTERNAL);
+  CHECK_MESSAGE_HAS("L2 B scales per 64 columns");
+  CHECK(memcmp(&l1, &l1_before, sizeof l1) == 0 && memcmp(&l2, &l2_before, sizeof l2) == 0);
+  return MM_TEST_PASS;
+}
+
 const mm_test unit_suite_fused_kernel[] = {
     {"fused.kernel_shared_memory_plans", t_fused_smem_plans},
+    {"fused.l2_b_scales_per_128_columns", t_fused_l2_b_scale_block},
     {"tiles.engine_pick_by_rows_per_expert", t_pick_tile_rule},
     {"tiles.fused_pairs_per_regime", t_fused_pairs_per_regime},
     {"tiles.split_per_regime", t_split_tiles_per_regime},
