@@ -7,11 +7,12 @@
 #
 # DEFS_A / DEFS_B: nvcc macros of each build ("" for the default build),
 # e.g. "" "-DMM_EARLY_COMBINE=1"; "@DIR [MACROS]" builds the source tree in
-# DIR instead of this one (e.g. an earlier commit's, made on the CPU machine
-# with `rm -rf _ab_head && mkdir _ab_head && git archive HEAD | tar -x -C
-# _ab_head`, fresh, as its Makefile builds every source it finds: the device's copy has no
-# .git; _ab_head is git-ignored, so the device call carries it by name), so
-# a change with no macro of its own is measured against the tree before it. The builds go to build_ab_a and
+# DIR instead of this one, so a change with no macro of its own is measured
+# against the tree before it. Make DIR fresh on the CPU machine (its
+# Makefile builds every source it finds): `rm -rf _ab_head && mkdir
+# _ab_head && git archive HEAD | tar -x -C _ab_head` (the device's copy has
+# no .git; _ab_head is git-ignored, so the device call carries it by name).
+# The builds go to build_ab_a and
 # build_ab_b (reused when their macros match; make does not track macros),
 # in parallel. Then `megamoe bench BENCH_ARGS` runs N times per build
 # (default 2), alternating A B B A A B ..., each run's table rows printed
