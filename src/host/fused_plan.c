@@ -45,6 +45,14 @@ megamoe_status mm_fused_ring_make(const megamoe_config* c, int num_ranks, mm_fus
   ring->clamped = worst <= lagged;
   ring->blocks = (int32_t)(ring->clamped ? worst : lagged);
   ring->virtual_blocks = (int32_t)worst;
+  /* MEGAMOE_FUSED_RING_PERCENT (100..10000, a diagnostic): the ring grown to
+   * that percentage of its size, at most the worst case, while every call
+   * keeps the order of the ring above; it separates what the slots' waits
+   * cost the lag order from what its order costs (docs/PERF.md). */
+  const int32_t ring_percent = mm_env_int("MEGAMOE_FUSED_RING_PERCENT", 100, 10000, 100);
+  const int64_t grown = (int64_t)ring->blocks * ring_percent / 100;
+  ring->extra_blocks = (int32_t)((grown < worst ? grown : worst) - ring->blocks);
+  ring->blocks += ring->extra_blocks;
   /* Whether tasks are claimed from a grid counter (fused_plan.h): the
    * default MM_FUSED_CLAIM_AUTO, or MEGAMOE_FUSED_DYNAMIC=0 / 1 (never /
    * always, diagnostics). Read once, not per forward. */
@@ -62,7 +70,7 @@ megamoe_status mm_fused_call_order(const mm_fused_ring* ring, const megamoe_conf
   order->ring_blocks = ring->blocks;
   order->group = ring->group;
   order->dynamic_claim = 0; /* the caller's, by the call's L1 tile (mm_fused_claim_for) */
-  order->single_wave = mm_fused_worst_blocks(c, num_ranks, tokens) <= ring->blocks;
+  order->single_wave = mm_fused_worst_blocks(c, num_ranks, tokens) <= ring->blocks - ring->extra_blocks;
   /* A smaller bound never asks for a longer lag (the units estimate grows
    * with the tokens); the min keeps the ring's proof if the rule changes. */
   const int32_t lag = mm_fused_lag_rule(ring->lag_percent, mm_fused_units_estimate(c, num_ranks, tokens));
@@ -80,7 +88,7 @@ int64_t mm_fused_single_wave_limit(const mm_fused_ring* ring, const megamoe_conf
   int64_t lo = 0, hi = c->max_tokens_per_rank; /* worst(0) = 0 fits; worst grows with the tokens */
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (mm_fused_worst_blocks(c, num_ranks, mid) <= ring->blocks) lo = mid;
+    if (mm_fused_worst_blocks(c, num_ranks, mid) <= ring->blocks - ring->extra_blocks) lo = mid;
     else hi = mid - 1;
   }
   return lo;

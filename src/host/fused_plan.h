@@ -23,6 +23,9 @@ typedef struct mm_fused_ring {
   int32_t dynamic_claim;  /* 0 / 1: no call's / every call's order claims tasks (MEGAMOE_FUSED_DYNAMIC at
                              create, diagnostics); MM_FUSED_CLAIM_AUTO (the default): mm_fused_claim_for */
   int32_t lag_percent;    /* the lag rule's percentage (MM_FUSED_LAG_PERCENT; MEGAMOE_FUSED_LAG_PERCENT at create) */
+  int32_t extra_blocks;   /* slots beyond the ones the order is chosen from (0; MEGAMOE_FUSED_RING_PERCENT at
+                             create, a diagnostic): the lag order's pull runs further ahead, its slots wrap
+                             later or never, and the calls keep the order the smaller ring gives them */
 } mm_fused_ring;
 
 /* The dynamic claim where it was measured to win: calls whose L1 tile has

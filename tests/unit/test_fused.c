@@ -588,6 +588,46 @@ static mm_test_result t_lag_percent_at_create(void) {
   return MM_TEST_PASS;
 }
 
+/* MEGAMOE_FUSED_RING_PERCENT grows the ring without changing any call's
+ * order: flash EP8 at T_max 8192 keeps lag 29 in a ring of 3 x 268 blocks,
+ * the same single-wave limit, and the layout's pool is the grown ring. */
+static mm_test_result t_ring_percent_at_create(void) {
+  megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
+  c.arm = MEGAMOE_ARM_FUSED;
+  mm_fused_ring base, grown;
+  CHECK_OK(mm_fused_ring_make(&c, 8, &base));
+  CHECK_EQ_INT(base.extra_blocks, 0);
+  CHECK(setenv("MEGAMOE_FUSED_RING_PERCENT", "300", 1) == 0);
+  megamoe_status st = mm_fused_ring_make(&c, 8, &grown);
+  mm_layout l;
+  const megamoe_status st_layout = mm_layout_compute(&c, 8, &l);
+  CHECK(unsetenv("MEGAMOE_FUSED_RING_PERCENT") == 0);
+  CHECK_OK(st);
+  CHECK_OK(st_layout);
+  CHECK_EQ_INT(grown.blocks, 3 * 268);
+  CHECK_EQ_INT(grown.extra_blocks, 2 * 268);
+  CHECK_EQ_INT(l.pool_rows, 3 * 268 * 128);
+  CHECK_EQ_INT(mm_fused_single_wave_limit(&grown, &c, 8), mm_fused_single_wave_limit(&base, &c, 8));
+  const int64_t tokens[] = {64, 512, 2048, 8192};
+  for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; ++i) {
+    mm_fused_order a, b;
+    CHECK_OK(mm_fused_call_order(&base, &c, 8, tokens[i], tokens[i], &a));
+    CHECK_OK(mm_fused_call_order(&grown, &c, 8, tokens[i], tokens[i], &b));
+    CHECK(a.single_wave == b.single_wave && a.lag == b.lag && a.group == b.group);
+    CHECK_EQ_INT(b.ring_blocks, 3 * 268);
+  }
+  /* At most the worst case: the ring then never wraps. */
+  CHECK(setenv("MEGAMOE_FUSED_RING_PERCENT", "10000", 1) == 0);
+  st = mm_fused_ring_make(&c, 8, &grown);
+  CHECK(unsetenv("MEGAMOE_FUSED_RING_PERCENT") == 0);
+  CHECK_OK(st);
+  CHECK_EQ_INT(grown.blocks, grown.virtual_blocks);
+  mm_fused_order o;
+  CHECK_OK(mm_fused_call_order(&grown, &c, 8, 8192, 0, &o));
+  CHECK(!o.single_wave && o.lag == 29);
+  return MM_TEST_PASS;
+}
+
 /* The dynamic claim's rule: read at create, then per call by the L1 tile. */
 static mm_test_result t_claim_rule(void) {
   megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
@@ -1041,6 +1081,7 @@ const mm_test unit_suite_fused[] = {
     {"fused.call_order_and_bound_rejection", t_call_order},
     {"fused.lag_percent_read_at_create", t_lag_percent_at_create},
     {"fused.claim_rule_read_at_create", t_claim_rule},
+    {"fused.ring_percent_grows_the_ring_not_the_order", t_ring_percent_at_create},
     {"fused.stream_decode_matches_the_order", t_stream_decode},
     {"fused.ring_static_live_set_and_guard", t_ring_static},
     {"fused.ring_static_flash_tiles", t_ring_static_flash},
