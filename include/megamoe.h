@@ -447,7 +447,9 @@ typedef struct megamoe_layout_info {
    * sized for the lag order of ring_lag units in groups of ring_group units;
    * ring_virtual_blocks is the most blocks a forward lays out at T_max (its
    * per-block counters). ring_blocks == ring_virtual_blocks: the ring holds
-   * the worst case, never wraps, and every forward takes the single-wave order. */
+   * the worst case, never wraps, and every forward takes the single-wave order
+   * (unless the diagnostic MEGAMOE_FUSED_RING_PERCENT grew it there: the
+   * calls keep the lag ring's orders). */
   int32_t ring_blocks;
   int32_t ring_lag;
   int32_t ring_group;

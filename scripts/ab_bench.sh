@@ -18,7 +18,9 @@
 # (default 2), alternating A B B A A B ..., each run's table rows printed
 # under a header naming the build. --env-a / --env-b export a variable for
 # that build's runs only (repeatable), so one build can be compared with
-# itself under two settings: "" "" --env-a MEGAMOE_EARLY_COMBINE=0 ...
+# itself under two settings: --env-a MEGAMOE_EARLY_COMBINE=0 "" "" ... (a
+# build with the macros of an earlier one is not built again: it runs that
+# one's binary).
 # --also DEFS (repeatable, up to 4): more builds, c, d, ..., each compared
 # with A in its own closing table; one call then measures several options
 # against one baseline (a round runs A B C ..., the next ... C B A).
@@ -118,8 +120,8 @@ if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "ab_bench: no GPU visible (this compares kernel builds on a GPU machine)" >&2
   exit 77
 fi
-jobs=$(( $(nproc) / ${#names[@]} ))
-[ "$jobs" -ge 1 ] || jobs=1
+# CUDA objects compiled on the CPU machine (scripts/prebuild.sh), if carried.
+scripts/prebuild.sh --unpack
 
 build() { # name defs
   local dir=build_ab_$1 src=. macros=$2 key=$2 bdir=build_ab_$1
@@ -136,13 +138,30 @@ build() { # name defs
   make -C "$src" -j"$jobs" BUILD="$bdir" NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc $macros" "$bdir/megamoe" \
     > "$OUT/ab_build_$1.log" 2>&1
 }
+# A build whose macros an earlier one has (e.g. "" "" --env-b V=X: one
+# build under two settings) runs that build's binary: built once.
 pids=()
+bin_of=()
+own=()
 for ((i = 0; i < ${#names[@]}; ++i)); do
+  bin_of[$i]=./build_ab_${names[$i]}/megamoe
+  for ((j = 0; j < i; ++j)); do
+    if [ "${defs_of[$j]}" == "${defs_of[$i]}" ]; then bin_of[$i]=${bin_of[$j]}; continue 2; fi
+  done
+  own+=("$i")
+done
+jobs=$(( $(nproc) / ${#own[@]} ))
+[ "$jobs" -ge 1 ] || jobs=1
+for ((i = 0; i < ${#names[@]}; ++i)); do
+  pids[$i]=0
+done
+for i in "${own[@]}"; do
   build "${names[$i]}" "${defs_of[$i]}" &
-  pids+=($!)
+  pids[$i]=$!
 done
 ok=1
 for ((i = 0; i < ${#names[@]}; ++i)); do
+  [ "${pids[$i]}" = 0 ] && continue
   wait "${pids[$i]}" || {
     echo "build ${names[$i]^^} (${defs_of[$i]}) failed: $OUT/ab_build_${names[$i]}.log"
     ok=0
@@ -150,12 +169,12 @@ for ((i = 0; i < ${#names[@]}; ++i)); do
 done
 [ $ok = 1 ] || exit 1
 
-run() { # name defs env...: one bench process per entry of token_lists
-  local name=$1 defs=$2 toks
-  shift 2
+run() { # index env...: one bench process per entry of token_lists
+  local name=${names[$1]} defs=${defs_of[$1]} bin=${bin_of[$1]} toks
+  shift
   for toks in "${token_lists[@]}"; do
     echo "== build $name (${defs:-default}${*:+; $*})${toks:+ tokens $toks}" | tee -a "$OUT/ab_bench.log"
-    env "$@" timeout "${AB_TIMEOUT:-300}" "./build_ab_$name/megamoe" bench ${bench_args[@]+"${bench_args[@]}"} \
+    env "$@" timeout "${AB_TIMEOUT:-300}" "$bin" bench ${bench_args[@]+"${bench_args[@]}"} \
         ${toks:+--tokens "$toks"} 2>&1 |
       tee -a "$OUT/ab_bench.log" |
       grep -E "^(staged|split|fused)|^  clocks |^clocks:|^  timeline |SM MHz" || return 1
@@ -172,9 +191,9 @@ for ((i = 0; i < rounds; ++i)); do
   done
   for k in "${order[@]}"; do
     case "${names[$k]}" in
-      a) run a "$defs_a" ${env_a[@]+"${env_a[@]}"} || rc=1 ;;
-      b) run b "$defs_b" ${env_b[@]+"${env_b[@]}"} || rc=1 ;;
-      *) run "${names[$k]}" "${defs_of[$k]}" || rc=1 ;;
+      a) run "$k" ${env_a[@]+"${env_a[@]}"} || rc=1 ;;
+      b) run "$k" ${env_b[@]+"${env_b[@]}"} || rc=1 ;;
+      *) run "$k" || rc=1 ;;
     esac
   done
 done

@@ -30,6 +30,8 @@ OUT=${OUT:-/tmp/megamoe-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 { nvidia-smi; nvidia-smi topo -m; nvcc --version; } > "$OUT/machine.txt" 2>&1
+# CUDA objects compiled on the CPU machine (scripts/prebuild.sh), if carried.
+scripts/prebuild.sh --unpack
 nvcc_override=()
 # The Makefile's compiler ($(CUDA_HOME)/bin/nvcc), with the macros.
 if [ -n "${NVCC_DEFS:-}" ]; then nvcc_override=(NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc $NVCC_DEFS"); fi
@@ -42,6 +44,12 @@ if ! make -j"$(nproc)" all PTXAS_VERBOSE=1 ${nvcc_override[@]+"${nvcc_override[@
   exit 1
 fi
 grep -E "registers|spill|stack" "$OUT/build.log" | grep -E "gemm|wgmma|spill [1-9]|stack frame, [1-9]" | head -20
+# Objects compiled on the CPU machine (scripts/prebuild.sh) left no ptxas
+# report in the log: the kernels' registers, stack and spills from the objects.
+if [ -f build/.prebuilt_tree ]; then
+  cuobjdump -res-usage build/src/device/*/*.o > "$OUT/res_usage.txt" 2>&1
+  grep -E "REG:|STACK:" "$OUT/res_usage.txt" | grep -E "STACK:[1-9]" | head -20
+fi
 rc=0
 T=${STEP_TIMEOUT:-420}   # seconds per step, so one hang cannot eat the whole call
 for step in "$@"; do

@@ -226,8 +226,12 @@ static int cmd_info(int argc, char** argv) {
     else
       printf("fused ring: %d blocks of %d rows = 8 x (lag %d + group %d) + %d; num_tokens_bound <= %lld: "
              "single-wave order, above: lag order (lag from the bound, at most %d units)\n",
-             g->blocks, MM_FUSED_BLOCK_ROWS, g->lag, g->group, MM_FUSED_RING_MARGIN,
+             g->blocks - g->extra_blocks, MM_FUSED_BLOCK_ROWS, g->lag, g->group, MM_FUSED_RING_MARGIN,
              (long long)mm_fused_single_wave_limit(g, c, ranks), g->lag);
+    if (g->extra_blocks)
+      printf("fused ring grown by MEGAMOE_FUSED_RING_PERCENT (a diagnostic): %d of its %d blocks are extra; "
+             "the calls keep the orders above\n",
+             g->extra_blocks, g->blocks);
     printf("fused counters: %d virtual blocks (the worst case at T_max) x %d counters x %d banks\n",
            g->virtual_blocks, MM_FUSED_COUNTERS, MM_FLAG_BANKS);
     static const char* const regimes[MM_REGIME_COUNT] = {"decode", "mid", "large"};

@@ -17,8 +17,9 @@ extern "C" {
 /* The ring a layer holds (fixed at create). */
 typedef struct mm_fused_ring {
   int32_t blocks;         /* slots of MM_FUSED_BLOCK_ROWS rows */
-  int32_t lag, group;     /* the lag order it is sized for: blocks = 8 (lag + group) + 4 unless clamped */
-  int32_t clamped;        /* 1: the ring holds the worst case at T_max, never wraps, every call is single-wave */
+  int32_t lag, group;     /* the lag order it is sized for: blocks = 8 (lag + group) + 4 (+ extra_blocks) unless clamped */
+  int32_t clamped;        /* 1: the ring holds the worst case at T_max, never wraps, every call is single-wave
+                             (extra_blocks 0) */
   int32_t virtual_blocks; /* blocks of the worst case at T_max: the per-block counters of one bank */
   int32_t dynamic_claim;  /* 0 / 1: no call's / every call's order claims tasks (MEGAMOE_FUSED_DYNAMIC at
                              create, diagnostics); MM_FUSED_CLAIM_AUTO (the default): mm_fused_claim_for */
@@ -59,7 +60,8 @@ megamoe_status mm_fused_ring_make(const megamoe_config* config, int num_ranks, m
 /* The order of one call: num_tokens_bound (0: T_max) must be 0 or in
  * [num_tokens, T_max] (MEGAMOE_ERR_TOO_MANY_TOKENS naming num_tokens_bound,
  * as megamoe_forward says). Single wave when the worst case at the bound fits
- * the ring, else the lag order with the bound's lag (never above the ring's). */
+ * the ring less its extra_blocks, else the lag order with the bound's lag
+ * (never above the ring's). */
 megamoe_status mm_fused_call_order(const mm_fused_ring* ring, const megamoe_config* config, int num_ranks,
                                    int64_t num_tokens, int64_t num_tokens_bound, mm_fused_order* order);
 

@@ -112,6 +112,13 @@ static_assert(MM_FUSED_PRODUCER_REGS % 8 == 0 && MM_FUSED_MATH_REGS % 8 == 0 &&
 #ifndef MM_FUSED_LATE_WEIGHTS
 #define MM_FUSED_LATE_WEIGHTS 0
 #endif
+/* Off until the fused GPU tests have run on it (thirty-second session): the
+ * producer's 256-row L2 tiles with their ring rows in 32 bits, held before
+ * the K loop (mm_fused_producer_tile). Changes only the two kernels whose
+ * L2 tile is 256x128 (large regime, H not a multiple of 256). */
+#ifndef MM_FUSED_PRODUCER_ROWS32
+#define MM_FUSED_PRODUCER_ROWS32 0
+#endif
 /* A tile shape of the fused kernel: the engine's config with one stage size
  * for both shapes (kStage bytes, A at the stage's start, B right after the
  * tile's A) and the A scales at a stride of the larger tile's, and A loaded
@@ -328,6 +335,26 @@ MM_DEVICE bool mm_fused_wait_blocks(const mm_gemm_smem& sm, const mm_gemm_proble
   return true;
 }
 
+/* A tile the producer loads. A two-box tile (the 256-row L2 tiles): NVVM
+ * sank the 64-bit remainders of its two ring rows (mm_fused_ring_row) into
+ * the K loop, recomputed at every K block, and the loop spilled under the
+ * producer's 40 registers. The same rows here in 32 bits (virtual rows fit
+ * 31 bits, as in mm_fused_pull), held before the loop by the empty asm (NVVM
+ * sinks a 32-bit remainder too). Other tiles: mm_fused_tile_of as it is. */
+template <class T>
+MM_DEVICE mm_gemm_tile_info mm_fused_producer_tile(const mm_fused_stream* s, const mm_fused_task& t) {
+  mm_gemm_tile_info ti = mm_fused_tile_of(s, t, T::BN);
+  if constexpr (MM_FUSED_PRODUCER_ROWS32 && T::kABoxRows < T::BM) {
+    const uint32_t ring_rows = (uint32_t)s->order.ring_blocks * MM_FUSED_BLOCK_ROWS;
+    const uint32_t v0 = (uint32_t)t.block0 * MM_FUSED_BLOCK_ROWS + (uint32_t)(t.row0 % MM_FUSED_BLOCK_ROWS);
+    const uint32_t v1 = t.rows > MM_FUSED_BLOCK_ROWS ? ((uint32_t)t.block0 + 1u) * MM_FUSED_BLOCK_ROWS : v0;
+    ti.a_row0 = (int32_t)(v0 % ring_rows);
+    ti.a_row1 = (int32_t)(v1 % ring_rows);
+    asm volatile("" : "+r"(ti.a_row0), "+r"(ti.a_row1));
+  }
+  return ti;
+}
+
 template <class T1, class T2>
 MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const CUtensorMap* tm_a1, const CUtensorMap* tm_b1,
                                 const CUtensorMap* tm_sf1, const CUtensorMap* tm_a2, const CUtensorMap* tm_b2,
@@ -390,7 +417,7 @@ MM_DEVICE void mm_fused_produce(const mm_layer_view& L, mm_fused_cta& c, const C
     } else {
       /* Every L1 tile of the blocks written (their fp8 rows and scales). */
       const mm_gemm_smem sm2 = mm_fused_view_l2<T2>(c.sm);
-      const mm_gemm_tile_info ti = mm_fused_tile_of(s, task, T2::BN);
+      const mm_gemm_tile_info ti = mm_fused_producer_tile<T2>(s, task);
       ok = mm_fused_wait_blocks(sm2, p2, s, c.l1_done, MM_FUSED_L1_DONE, task);
       waited[1] += mm_tl_now(L) - t0;
       if (c.claim) w_next = list_entry(t_next);
