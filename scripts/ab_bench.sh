@@ -145,6 +145,7 @@ bin_of=()
 own=()
 for ((i = 0; i < ${#names[@]}; ++i)); do
   bin_of[$i]=./build_ab_${names[$i]}/megamoe
+  pids[$i]=0 # not built here
   for ((j = 0; j < i; ++j)); do
     if [ "${defs_of[$j]}" == "${defs_of[$i]}" ]; then bin_of[$i]=${bin_of[$j]}; continue 2; fi
   done
@@ -152,9 +153,6 @@ for ((i = 0; i < ${#names[@]}; ++i)); do
 done
 jobs=$(( $(nproc) / ${#own[@]} ))
 [ "$jobs" -ge 1 ] || jobs=1
-for ((i = 0; i < ${#names[@]}; ++i)); do
-  pids[$i]=0
-done
 for i in "${own[@]}"; do
   build "${names[$i]}" "${defs_of[$i]}" &
   pids[$i]=$!

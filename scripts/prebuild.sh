@@ -50,6 +50,8 @@ tree_hash() {
   fi | LC_ALL=C sort -z | xargs -0 md5sum | md5sum | cut -c1-32
 }
 nvcc_release() { "$CU/bin/nvcc" --version | grep -o 'release [0-9.]*, V[0-9.]*'; }
+# The CUDA objects of a build directory (the .cu sources the Makefile compiles).
+cu_objects() { find src/device tests/gpu bench -name '*.cu' | sort | sed -e "s#^#$1/#" -e 's#\.cu$#.o#'; }
 
 if [ "${1:-}" = "--unpack" ]; then
   [ -f "$archive" ] || { echo "prebuild: no $archive here: every object compiles on this machine"; exit 0; }
@@ -74,8 +76,7 @@ if [ "${1:-}" = "--unpack" ]; then
       printf '%s' "$want" > "$name/.prebuilt_tree"
       # What make would still compile there (0 unless something is off: the
       # call's log then says so): the objects of the .cu sources.
-      local_objs=$(find src/device tests/gpu bench -name '*.cu' | sort | sed -e "s#^#$name/#" -e 's#\.cu$#.o#')
-      stale=$(make -n BUILD="$name" $local_objs 2> /dev/null | grep -c -e '-c .*\.cu ')
+      stale=$(make -n BUILD="$name" $(cu_objects "$name") 2> /dev/null | grep -c -e '-c .*\.cu ')
       echo "prebuild: $name ($(cat "$name/.nvcc_defs")): $(find "$name" -name '*.o' | wc -l) CUDA objects unpacked," \
         "$stale to compile here"
     done
@@ -85,7 +86,6 @@ if [ "${1:-}" = "--unpack" ]; then
 fi
 
 [ $# -ge 1 ] || { echo "usage: scripts/prebuild.sh NAME=MACROS ... | --unpack" >&2; exit 2; }
-cu_sources=$(find src/device tests/gpu bench -name '*.cu' | sort)
 # A directory is reused only for the same macros, Makefile and nvcc (make
 # tracks none of them); the tree is hashed before and after the compiles, so
 # an edit meanwhile cannot pack old objects under the new tree's hash.
@@ -101,9 +101,8 @@ for spec in "$@"; do
   [ "$name" = build ] && dir=build
   if [ "$(cat "$dir/.prebuild_key" 2> /dev/null)" != "$(build_key "$macros")" ]; then rm -rf "$dir"; fi
   mkdir -p "$dir" && printf '%s' "$macros" > "$dir/.nvcc_defs" && build_key "$macros" > "$dir/.prebuild_key"
-  objects=$(for s in $cu_sources; do echo "$dir/${s%.cu}.o"; done)
   echo "prebuild: $dir ($macros)"
-  make -j"$(nproc)" BUILD="$dir" NVCC="$CU/bin/nvcc $macros" $objects > "$dir/.prebuild.log" 2>&1 ||
+  make -j"$(nproc)" BUILD="$dir" NVCC="$CU/bin/nvcc $macros" $(cu_objects "$dir") > "$dir/.prebuild.log" 2>&1 ||
     { tail -20 "$dir/.prebuild.log"; echo "prebuild: $dir failed" >&2; exit 1; }
   dirs+=("$dir")
 done
@@ -128,8 +127,7 @@ printf '%s\n' "$tree_before" > "$stage/.prebuilt_tree"
 nvcc_release > "$stage/.prebuilt_nvcc"
 for dir in "${dirs[@]}"; do
   mkdir -p "$stage/$dir" && cp "$dir/.nvcc_defs" "$stage/$dir/"
-  for s in $cu_sources; do
-    o=$dir/${s%.cu}.o
+  for o in $(cu_objects "$dir"); do
     uses_nccl "${o%.o}.d" && continue # compiled against the GPU machine's NCCL
     mkdir -p "$stage/$(dirname "$o")" && cp -p "$o" "$stage/$(dirname "$o")/"
     # The .d without its absolute paths: the system headers (nccl.h here is

@@ -65,11 +65,11 @@ extern "C" megamoe_status mm_fused_smem_plan_of(mm_gemm_tile l1, mm_gemm_tile l2
 extern "C" megamoe_status mm_fused_prepare(mm_gemm_plan* l1, mm_gemm_plan* l2) {
   MM_CHECK_NULL(l1, "L1 plan");
   MM_CHECK_NULL(l2, "L2 plan");
-  /* A 256-row L2 tile loads its two 128-row blocks apart (ring slots). */
   /* The kernel's L2 tile reads one B scale per 128 columns (kBScale128). */
   if (l2->problem.b_sf_block_n != 128)
     return mm_fail(MEGAMOE_ERR_INTERNAL, "fused arm: L2 B scales per %d columns (the kernel reads them per 128)",
                    l2->problem.b_sf_block_n);
+  /* A 256-row L2 tile loads its two 128-row blocks apart (ring slots). */
   MM_TRY(mm_gemm_plan_a_boxes(l1, MM_FUSED_BLOCK_ROWS));
   MM_TRY(mm_gemm_plan_a_boxes(l2, MM_FUSED_BLOCK_ROWS));
   const mm_fused_kernel_ref k = lookup(l1->tile, l2->tile, l2->problem.a_sf_block, l1->problem.num_experts);

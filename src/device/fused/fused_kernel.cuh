@@ -346,8 +346,8 @@ MM_DEVICE mm_gemm_tile_info mm_fused_producer_tile(const mm_fused_stream* s, con
   mm_gemm_tile_info ti = mm_fused_tile_of(s, t, T::BN);
   if constexpr (MM_FUSED_PRODUCER_ROWS32 && T::kABoxRows < T::BM) {
     const uint32_t ring_rows = (uint32_t)s->order.ring_blocks * MM_FUSED_BLOCK_ROWS;
-    const uint32_t v0 = (uint32_t)t.block0 * MM_FUSED_BLOCK_ROWS + (uint32_t)(t.row0 % MM_FUSED_BLOCK_ROWS);
-    const uint32_t v1 = t.rows > MM_FUSED_BLOCK_ROWS ? ((uint32_t)t.block0 + 1u) * MM_FUSED_BLOCK_ROWS : v0;
+    const uint32_t v0 = (uint32_t)mm_fused_tile_vrow0(t);
+    const uint32_t v1 = (uint32_t)mm_fused_tile_vrow1(t, v0);
     ti.a_row0 = (int32_t)(v0 % ring_rows);
     ti.a_row1 = (int32_t)(v1 % ring_rows);
     asm volatile("" : "+r"(ti.a_row0), "+r"(ti.a_row1));

@@ -86,11 +86,17 @@ MM_DEVICE const mm_fused_stream* mm_fused_stream_build_cta(uint8_t* smem, const 
  * that block's ring row (a_row1 / out_row1; the slots wrap), or, when the
  * tile does not reach a second block, its first block again: padding rows,
  * never stored, and never a slot another block is being pulled into. */
+MM_DEVICE int64_t mm_fused_tile_vrow0(const mm_fused_task& t) { /* virtual row of tile row 0 */
+  return t.block0 * MM_FUSED_BLOCK_ROWS + t.row0 % MM_FUSED_BLOCK_ROWS;
+}
+MM_DEVICE int64_t mm_fused_tile_vrow1(const mm_fused_task& t, int64_t v0) { /* of the second block's first row */
+  return t.rows > MM_FUSED_BLOCK_ROWS ? (t.block0 + 1) * MM_FUSED_BLOCK_ROWS : v0;
+}
 MM_DEVICE mm_gemm_tile_info mm_fused_tile_of(const mm_fused_stream* s, const mm_fused_task& t, int bn) {
   const mm_fused_order& o = s->order;
   mm_gemm_tile_info ti;
-  const int64_t v0 = t.block0 * MM_FUSED_BLOCK_ROWS + t.row0 % MM_FUSED_BLOCK_ROWS; /* virtual row of tile row 0 */
-  const int64_t v1 = t.rows > MM_FUSED_BLOCK_ROWS ? (t.block0 + 1) * MM_FUSED_BLOCK_ROWS : v0;
+  const int64_t v0 = mm_fused_tile_vrow0(t);
+  const int64_t v1 = mm_fused_tile_vrow1(t, v0);
   ti.expert = t.expert;
   ti.a_row0 = ti.out_row0 = (int32_t)mm_fused_ring_row(&o, v0);
   ti.a_row1 = ti.out_row1 = (int32_t)mm_fused_ring_row(&o, v1);
