@@ -8,7 +8,7 @@
 #   scripts/prebuild.sh --unpack                 (on the GPU machine, first)
 #
 # NAME=MACROS: the objects of `make BUILD=build_ab_NAME NVCC="nvcc MACROS"`
-# (NAME `build`: the Makefile's own build/), e.g. a= b=-DMM_FUSED_LATE_WEIGHTS=1
+# (NAME `build`: the Makefile's own build/), e.g. a= b=-DMM_EARLY_COMBINE=1
 # "tl=-DMM_FUSED_MATH_TIMELINE=1 -DMM_GEMM_WAIT_TIMER=1". Each directory gets
 # the .nvcc_defs that scripts/ab_bench.sh and scripts/device_run.sh read, so
 # they reuse it. The archive is _prebuilt.tgz (git-ignored): pass

@@ -101,24 +101,6 @@ static_assert(MM_FUSED_PRODUCER_REGS % 8 == 0 && MM_FUSED_MATH_REGS % 8 == 0 &&
  * per CTA summed at 8192 tokens, EP1; docs/PERF.md). Tasks past these are
  * decoded by the producer as before. */
 #define MM_FUSED_TASK_CACHE 256
-/* Options to measure against the default (docs/PERF.md, thirty-first
- * session), both off: the L1 epilogue's codes stored straight to global
- * memory when the copy warps still hold the staging area, instead of
- * waiting for it; the routing weights loaded early and used after the
- * SwiGLU pass (the split arm's order). */
-#ifndef MM_FUSED_L1_STAGING_ADAPTIVE
-#define MM_FUSED_L1_STAGING_ADAPTIVE 0
-#endif
-#ifndef MM_FUSED_LATE_WEIGHTS
-#define MM_FUSED_LATE_WEIGHTS 0
-#endif
-/* Off until the fused GPU tests have run on it (thirty-second session): the
- * producer's 256-row L2 tiles with their ring rows in 32 bits, held before
- * the K loop (mm_fused_producer_tile). Changes only the two kernels whose
- * L2 tile is 256x128 (large regime, H not a multiple of 256). */
-#ifndef MM_FUSED_PRODUCER_ROWS32
-#define MM_FUSED_PRODUCER_ROWS32 0
-#endif
 /* A tile shape of the fused kernel: the engine's config with one stage size
  * for both shapes (kStage bytes, A at the stage's start, B right after the
  * tile's A) and the A scales at a stride of the larger tile's, and A loaded
@@ -344,7 +326,7 @@ MM_DEVICE bool mm_fused_wait_blocks(const mm_gemm_smem& sm, const mm_gemm_proble
 template <class T>
 MM_DEVICE mm_gemm_tile_info mm_fused_producer_tile(const mm_fused_stream* s, const mm_fused_task& t) {
   mm_gemm_tile_info ti = mm_fused_tile_of(s, t, T::BN);
-  if constexpr (MM_FUSED_PRODUCER_ROWS32 && T::kABoxRows < T::BM) {
+  if constexpr (T::kABoxRows < T::BM) {
     const uint32_t ring_rows = (uint32_t)s->order.ring_blocks * MM_FUSED_BLOCK_ROWS;
     const uint32_t v0 = (uint32_t)mm_fused_tile_vrow0(t);
     const uint32_t v1 = (uint32_t)mm_fused_tile_vrow1(t, v0);
@@ -570,22 +552,15 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, mm_fused_cta& c, const mm_g
       const int32_t l2_tiles = ms->l2_tiles;
       const CUtensorMap* tm_codes = tm_out1;
       if (mm_gemm_swiglu_staged<T1>(p1, ti, tm_out1) && l2_tiles > 0) {
-#if MM_FUSED_L1_STAGING_ADAPTIVE
-        /* The copy warps still reading the last L2 tile out: this tile's
-         * codes go straight to global memory (the partial tiles' path)
-         * instead of waiting for the area; one decision for the math
-         * threads, thread 0 probes. Nothing waits, so no give-up here. */
-        const bool busy = threadIdx.x == 0 && !mm_mbar_test_wait(sm2.copy_empty, (uint32_t)(l2_tiles - 1) & 1u);
-        if (mm_named_barrier_or(MM_GEMM_BAR_VOTE, MM_GEMM_MATH_THREADS, busy)) tm_codes = nullptr;
-#else
         /* A give-up (the abort word is set) must not overwrite what the
          * copy warps may still be reading: all math threads leave. */
         const bool read_out =
             threadIdx.x != 0 || mm_gemm_wait(sm2, sm2.copy_empty, (uint32_t)(l2_tiles - 1) & 1u, p2);
         if (!mm_gemm_math_vote_ok(sm1, read_out)) return;
-#endif
       }
-      mm_gemm_epilogue_swiglu<T1, MM_FUSED_LATE_WEIGHTS != 0>(sm1, p1, ti, wg, acc, tm_codes);
+      /* The routing weights in the same pass as the math: the split arm's
+       * late order measured 0 to +2.8 % here (thirty-third session). */
+      mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_codes);
       ms->pend_block0 = ms->task_block0;
       ms->pend_rows = ms->task_rows;
       lap(MM_TL_MATH_L1_EPI);
