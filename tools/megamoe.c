@@ -232,6 +232,9 @@ static int cmd_info(int argc, char** argv) {
       printf("fused ring grown by MEGAMOE_FUSED_RING_PERCENT (a diagnostic): %d of its %d blocks are extra; "
              "the calls keep the orders above\n",
              g->extra_blocks, g->blocks);
+    if (g->grown_order)
+      printf("fused ring grown by MEGAMOE_FUSED_RING_PERCENT with MEGAMOE_FUSED_RING_ORDER=1 (diagnostics): "
+             "the orders above are the grown ring's\n");
     printf("fused counters: %d virtual blocks (the worst case at T_max) x %d counters x %d banks\n",
            g->virtual_blocks, MM_FUSED_COUNTERS, MM_FLAG_BANKS);
     static const char* const regimes[MM_REGIME_COUNT] = {"decode", "mid", "large"};

@@ -53,6 +53,12 @@ megamoe_status mm_fused_ring_make(const megamoe_config* c, int num_ranks, mm_fus
   const int64_t grown = (int64_t)ring->blocks * ring_percent / 100;
   ring->extra_blocks = (int32_t)((grown < worst ? grown : worst) - ring->blocks);
   ring->blocks += ring->extra_blocks;
+  /* MEGAMOE_FUSED_RING_ORDER=1 (a diagnostic beside it): the calls take the
+   * grown ring's orders, so a ring of the whole forward gives the single
+   * wave (every L1 task before any L2 task, the split arm's order in one
+   * kernel) at any bound: the fused order against its interleaving. */
+  ring->grown_order = ring->extra_blocks > 0 && mm_env_int("MEGAMOE_FUSED_RING_ORDER", 0, 1, 0);
+  if (ring->grown_order) ring->extra_blocks = 0;
   /* Whether tasks are claimed from a grid counter (fused_plan.h): the
    * default MM_FUSED_CLAIM_AUTO, or MEGAMOE_FUSED_DYNAMIC=0 / 1 (never /
    * always, diagnostics). Read once, not per forward. */

@@ -27,6 +27,9 @@ typedef struct mm_fused_ring {
   int32_t extra_blocks;   /* slots beyond the ones the order is chosen from (0; MEGAMOE_FUSED_RING_PERCENT at
                              create, a diagnostic): the lag order's pull runs further ahead, its slots wrap
                              later or never, and the calls keep the order the smaller ring gives them */
+  int32_t grown_order;    /* 1: the ring was grown and its calls take the grown ring's orders instead
+                             (extra_blocks then 0; MEGAMOE_FUSED_RING_ORDER=1 at create, a diagnostic:
+                             with the whole forward's ring, single wave at every bound) */
 } mm_fused_ring;
 
 /* The dynamic claim where it was measured to win: calls whose L1 tile has

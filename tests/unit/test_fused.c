@@ -625,6 +625,22 @@ static mm_test_result t_ring_percent_at_create(void) {
   mm_fused_order o;
   CHECK_OK(mm_fused_call_order(&grown, &c, 8, 8192, 0, &o));
   CHECK(!o.single_wave && o.lag == 29);
+  /* MEGAMOE_FUSED_RING_ORDER=1: the same ring, the grown ring's orders (the
+   * whole forward's ring: single wave at T_max); alone it changes nothing. */
+  CHECK(setenv("MEGAMOE_FUSED_RING_ORDER", "1", 1) == 0);
+  mm_fused_ring alone;
+  const megamoe_status st_alone = mm_fused_ring_make(&c, 8, &alone);
+  CHECK(setenv("MEGAMOE_FUSED_RING_PERCENT", "10000", 1) == 0);
+  st = mm_fused_ring_make(&c, 8, &grown);
+  CHECK(unsetenv("MEGAMOE_FUSED_RING_PERCENT") == 0);
+  CHECK(unsetenv("MEGAMOE_FUSED_RING_ORDER") == 0);
+  CHECK_OK(st_alone);
+  CHECK_OK(st);
+  CHECK(alone.blocks == base.blocks && !alone.grown_order && alone.extra_blocks == 0);
+  CHECK(grown.grown_order && grown.extra_blocks == 0 && grown.blocks == grown.virtual_blocks);
+  CHECK_OK(mm_fused_call_order(&grown, &c, 8, 8192, 0, &o));
+  CHECK(o.single_wave && o.lag == 0 && o.ring_blocks == grown.virtual_blocks);
+  CHECK_EQ_INT(mm_fused_single_wave_limit(&grown, &c, 8), 8192);
   return MM_TEST_PASS;
 }
 
