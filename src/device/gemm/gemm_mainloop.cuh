@@ -125,6 +125,12 @@ MM_DEVICE bool mm_gemm_math_vote_ok(const mm_gemm_smem& sm, bool mine_ok) {
  * thread (until the phase completes or a hardware time limit): before the
  * thirtieth session it started after that try, and so missed every wait
  * shorter than the suspension (the fused L1 mainloops' "0.3 us"). */
+/* The one-partial mainloop's wgmma descriptors from per-tile bases (off:
+ * rebuilt per slice, as before; an option until a GPU A/B and the suite
+ * keep it; docs/PERF.md, thirty-third session). */
+#ifndef MM_GEMM_DESC_BASES
+#define MM_GEMM_DESC_BASES 0
+#endif
 #ifndef MM_GEMM_WAIT_TIMER
 #define MM_GEMM_WAIT_TIMER 0
 #endif
@@ -399,6 +405,28 @@ MM_DEVICE void mm_gemm_issue_chain(const mm_gemm_smem& sm, uint32_t s, int h, in
   for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
 }
 
+/* The same chain from descriptors computed ahead: a_lo / b_lo are the low
+ * descriptor words of the chain's first k32 slice (the wave's rows in the
+ * stage, promotion block h); each further slice is 32 bytes on, +2 in the
+ * 16-byte start field. The tile's per-wave bases are computed once per tile
+ * and the stage's offset once per K block (mm_gemm_consume_tile_1p with
+ * MM_GEMM_DESC_BASES), so a chain issues its wgmmas after a few additions
+ * instead of rebuilding both descriptors per slice: in the fused kernel
+ * ptxas placed that rebuild between the chains, on each warpgroup's serial
+ * path (~60 instructions per K block; docs/PERF.md, thirty-third session). */
+template <class Cfg>
+MM_DEVICE void mm_gemm_issue_chain_at(uint32_t a_lo, uint32_t b_lo, float (&part)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
+  mm_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kK32PerPromo; ++kk)
+    mm_wgmma_m64n128k32_e4m3(part, mm_wgmma_desc(a_lo + 2u * kk), mm_wgmma_desc(b_lo + 2u * kk), kk > 0 ? 1u : 0u);
+  mm_wgmma_commit();
+#pragma unroll
+  for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
+}
+
 /* acc += part * (sa[row] * sb[col]): registers i < 32 are the wave's first 64
  * columns (sb0), i >= 32 the next 64 (sb1); rows with (i >> 1) & 1 are 8 below
  * (sa1). */
@@ -485,6 +513,17 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
 #pragma unroll
   for (int wn = 0; wn < Cfg::kWN; ++wn) mm_gemm_sb_load<Cfg>(sfb[wn], 0, sb_next[wn]);
 
+#if MM_GEMM_DESC_BASES
+  /* Low descriptor words of each wave's first k32 slice in stage 0: the
+   * terms of mm_gemm_issue_chain's address are multiples of 16 bytes, so
+   * its shifted sum is the sum of the shifted terms (the same descriptors). */
+  uint32_t a_lo_w[Cfg::kWM], b_lo_w[Cfg::kWN];
+#pragma unroll
+  for (int wm = 0; wm < Cfg::kWM; ++wm) a_lo_w[wm] = mm_wgmma_desc_sw128_lo(sm.a) + (uint32_t)(row_w + 64 * wm) * 8u;
+#pragma unroll
+  for (int wn = 0; wn < Cfg::kWN; ++wn) b_lo_w[wn] = mm_wgmma_desc_sw128_lo(sm.b) + (uint32_t)(col_w + 128 * wn) * 8u;
+  static_assert(Cfg::kStrideA % 16 == 0 && Cfg::kStrideB % 16 == 0, "stage strides in 16-byte units");
+#endif
   bool stage_ready = false; /* kEarlyProbe: the probe found the pipe's current stage full */
   /* K block kb, in the pipe's current stage; with kProbe (kEarlyProbe, not
    * the tile's last block), the pipe advances and block kb + 1's stage is
@@ -534,7 +573,13 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
           const bool last = h == Cfg::kPromo - 1 && wm == Cfg::kWM - 1 && wn == Cfg::kWN - 1;
           if (wave_ok[wm]) {
             float part[64];
+#if MM_GEMM_DESC_BASES
+            const uint32_t k_lo = 2u * (uint32_t)(h * Cfg::kK32PerPromo);
+            mm_gemm_issue_chain_at<Cfg>(a_lo_w[wm] + s * (Cfg::kStrideA >> 4) + k_lo,
+                                        b_lo_w[wn] + s * (Cfg::kStrideB >> 4) + k_lo, part);
+#else
             mm_gemm_issue_chain<Cfg>(sm, s, h, row_w, col_w, wm, wn, part);
+#endif
             if (kProbe && last) advance();
             mm_wgmma_wait<0>();
 #pragma unroll
