@@ -560,10 +560,22 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
         sa[h][wm][1] = wave_ok[wm] ? sf_stage[h * Cfg::BM + r + 8] : 0.f;
       }
 
+#if MM_GEMM_DESC_BASES
+    /* The pipe advanced once per block in straight-line code, outside the
+     * per-wave branches (which ptxas cannot prove uniform): the stage index
+     * can then stay in a uniform register and the descriptors be built by
+     * uniform arithmetic. The probe, where it runs, tests the next stage. */
+    mm_gemm_pipe next = pipe;
+    mm_gemm_pipe_advance(next, sm.stages);
+    auto advance = [&]() {
+      if (kProbe) stage_ready = mm_mbar_test_wait(sm.full + 8 * next.stage, next.phase) != 0;
+    };
+#else
     auto advance = [&]() {
       mm_gemm_pipe_advance(pipe, sm.stages);
       if (kProbe) stage_ready = mm_mbar_test_wait(sm.full + 8 * pipe.stage, pipe.phase) != 0;
     };
+#endif
 #pragma unroll
     for (int h = 0; h < Cfg::kPromo; ++h)
 #pragma unroll
@@ -592,7 +604,11 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
             if (lane == 0) mm_mbar_arrive(sm.empty + 8 * s); /* a wave past the expert's rows: nothing to read */
           }
         }
+#if MM_GEMM_DESC_BASES
+    pipe = next; /* every path above ran advance() once (kProbe) or none did */
+#else
     if (!kProbe) mm_gemm_pipe_advance(pipe, sm.stages);
+#endif
   };
 
   if constexpr (kEarlyProbe) {
