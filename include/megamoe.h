@@ -449,7 +449,8 @@ typedef struct megamoe_layout_info {
    * per-block counters). ring_blocks == ring_virtual_blocks: the ring holds
    * the worst case, never wraps, and every forward takes the single-wave order
    * (unless the diagnostic MEGAMOE_FUSED_RING_PERCENT grew it there: the
-   * calls keep the lag ring's orders). */
+   * calls keep the lag ring's orders, or with MEGAMOE_FUSED_RING_ORDER=1
+   * take the grown ring's). */
   int32_t ring_blocks;
   int32_t ring_lag;
   int32_t ring_group;

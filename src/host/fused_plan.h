@@ -17,7 +17,8 @@ extern "C" {
 /* The ring a layer holds (fixed at create). */
 typedef struct mm_fused_ring {
   int32_t blocks;         /* slots of MM_FUSED_BLOCK_ROWS rows */
-  int32_t lag, group;     /* the lag order it is sized for: blocks = 8 (lag + group) + 4 (+ extra_blocks) unless clamped */
+  int32_t lag, group;     /* the lag order it is sized for: blocks = 8 (lag + group) + 4 (+ extra_blocks) unless clamped
+                             (or grown with grown_order: then more, extra_blocks 0) */
   int32_t clamped;        /* 1: the ring holds the worst case at T_max, never wraps, every call is single-wave
                              (extra_blocks 0) */
   int32_t virtual_blocks; /* blocks of the worst case at T_max: the per-block counters of one bank */

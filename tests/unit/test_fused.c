@@ -590,7 +590,8 @@ static mm_test_result t_lag_percent_at_create(void) {
 
 /* MEGAMOE_FUSED_RING_PERCENT grows the ring without changing any call's
  * order: flash EP8 at T_max 8192 keeps lag 29 in a ring of 3 x 268 blocks,
- * the same single-wave limit, and the layout's pool is the grown ring. */
+ * the same single-wave limit, and the layout's pool is the grown ring; with
+ * MEGAMOE_FUSED_RING_ORDER=1 the calls take the grown ring's orders. */
 static mm_test_result t_ring_percent_at_create(void) {
   megamoe_config c = megamoe_config_make(4096, 2048, 256, 6, 8192);
   c.arm = MEGAMOE_ARM_FUSED;
@@ -1097,7 +1098,7 @@ const mm_test unit_suite_fused[] = {
     {"fused.call_order_and_bound_rejection", t_call_order},
     {"fused.lag_percent_read_at_create", t_lag_percent_at_create},
     {"fused.claim_rule_read_at_create", t_claim_rule},
-    {"fused.ring_percent_grows_the_ring_not_the_order", t_ring_percent_at_create},
+    {"fused.ring_percent_and_ring_order", t_ring_percent_at_create},
     {"fused.stream_decode_matches_the_order", t_stream_decode},
     {"fused.ring_static_live_set_and_guard", t_ring_static},
     {"fused.ring_static_flash_tiles", t_ring_static_flash},

@@ -550,7 +550,6 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, mm_fused_cta& c, const mm_g
       mm_fused_publish_l1(L, c, ms);
       lap(MM_TL_MATH_L1_PUB);
       const int32_t l2_tiles = ms->l2_tiles;
-      const CUtensorMap* tm_codes = tm_out1;
       if (mm_gemm_swiglu_staged<T1>(p1, ti, tm_out1) && l2_tiles > 0) {
         /* A give-up (the abort word is set) must not overwrite what the
          * copy warps may still be reading: all math threads leave. */
@@ -559,8 +558,9 @@ MM_DEVICE void mm_fused_math(const mm_layer_view& L, mm_fused_cta& c, const mm_g
         if (!mm_gemm_math_vote_ok(sm1, read_out)) return;
       }
       /* The routing weights in the same pass as the math: the split arm's
-       * late order measured 0 to +2.8 % here (thirty-third session). */
-      mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_codes);
+       * late order gained nothing here (+0.7 % in a 4-run A/B, within the
+       * noise; thirty-third session). */
+      mm_gemm_epilogue_swiglu<T1, false>(sm1, p1, ti, wg, acc, tm_out1);
       ms->pend_block0 = ms->task_block0;
       ms->pend_rows = ms->task_rows;
       lap(MM_TL_MATH_L1_EPI);

@@ -349,7 +349,7 @@ MM_DEVICE void mm_gemm_epilogue_swiglu(const mm_gemm_smem& sm, const mm_gemm_pro
      * kLateWeights: first used after the whole tile's SwiGLU math, which
      * hides their latency (bench-gemm 128x256 at M 65536: ~55 us); else in
      * the same pass as the math (the fused kernel: the late order cost it
-     * 1 % at 2048 tokens, and 0 to +2.8 % at 8192 in the thirty-third
+     * 1 % at 2048 tokens once, and gained nothing in the thirty-third
      * session's A/B). The same operations on each element either way. */
     const float w0 = ok0 ? mm_ld_relaxed_gpu_f32(q.row_weight + grow) : 0.f;
     const float w1 = ok1 ? mm_ld_relaxed_gpu_f32(q.row_weight + grow + 8) : 0.f;
