@@ -223,17 +223,14 @@ static int cmd_info(int argc, char** argv) {
       printf("fused ring: %d blocks of %d rows = the worst case at T_max (below 8 x (lag %d + group %d) + %d): "
              "it never wraps, every call takes the single-wave order\n",
              g->blocks, MM_FUSED_BLOCK_ROWS, g->lag, g->group, MM_FUSED_RING_MARGIN);
-    else if (g->grown_order)
-      printf("fused ring: %d blocks of %d rows, grown by MEGAMOE_FUSED_RING_PERCENT from 8 x (lag %d + group %d) + %d "
-             "and taking its own orders (MEGAMOE_FUSED_RING_ORDER=1; diagnostics): num_tokens_bound <= %lld: "
-             "single-wave order, above: lag order (lag from the bound, at most %d units)\n",
-             g->blocks, MM_FUSED_BLOCK_ROWS, g->lag, g->group, MM_FUSED_RING_MARGIN,
+    else {
+      printf(g->grown_order ? "fused ring: %d blocks of %d rows, grown by MEGAMOE_FUSED_RING_PERCENT from 8 x (lag %d "
+                              "+ group %d) + %d and taking its own orders (MEGAMOE_FUSED_RING_ORDER=1; diagnostics)"
+                            : "fused ring: %d blocks of %d rows = 8 x (lag %d + group %d) + %d",
+             mm_fused_order_blocks(g), MM_FUSED_BLOCK_ROWS, g->lag, g->group, MM_FUSED_RING_MARGIN);
+      printf("; num_tokens_bound <= %lld: single-wave order, above: lag order (lag from the bound, at most %d units)\n",
              (long long)mm_fused_single_wave_limit(g, c, ranks), g->lag);
-    else
-      printf("fused ring: %d blocks of %d rows = 8 x (lag %d + group %d) + %d; num_tokens_bound <= %lld: "
-             "single-wave order, above: lag order (lag from the bound, at most %d units)\n",
-             g->blocks - g->extra_blocks, MM_FUSED_BLOCK_ROWS, g->lag, g->group, MM_FUSED_RING_MARGIN,
-             (long long)mm_fused_single_wave_limit(g, c, ranks), g->lag);
+    }
     if (g->extra_blocks)
       printf("fused ring grown by MEGAMOE_FUSED_RING_PERCENT (a diagnostic): %d of its %d blocks are extra; "
              "the calls keep the orders above\n",

@@ -76,7 +76,7 @@ megamoe_status mm_fused_call_order(const mm_fused_ring* ring, const megamoe_conf
   order->ring_blocks = ring->blocks;
   order->group = ring->group;
   order->dynamic_claim = 0; /* the caller's, by the call's L1 tile (mm_fused_claim_for) */
-  order->single_wave = mm_fused_worst_blocks(c, num_ranks, tokens) <= ring->blocks - ring->extra_blocks;
+  order->single_wave = mm_fused_worst_blocks(c, num_ranks, tokens) <= mm_fused_order_blocks(ring);
   /* A smaller bound never asks for a longer lag (the units estimate grows
    * with the tokens); the min keeps the ring's proof if the rule changes. */
   const int32_t lag = mm_fused_lag_rule(ring->lag_percent, mm_fused_units_estimate(c, num_ranks, tokens));
@@ -94,7 +94,7 @@ int64_t mm_fused_single_wave_limit(const mm_fused_ring* ring, const megamoe_conf
   int64_t lo = 0, hi = c->max_tokens_per_rank; /* worst(0) = 0 fits; worst grows with the tokens */
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (mm_fused_worst_blocks(c, num_ranks, mid) <= ring->blocks - ring->extra_blocks) lo = mid;
+    if (mm_fused_worst_blocks(c, num_ranks, mid) <= mm_fused_order_blocks(ring)) lo = mid;
     else hi = mid - 1;
   }
   return lo;

@@ -33,6 +33,10 @@ typedef struct mm_fused_ring {
                              with the whole forward's ring, single wave at every bound) */
 } mm_fused_ring;
 
+/* The slots a call's order is chosen from: the ring less the slots a
+ * diagnostic grew it by (MEGAMOE_FUSED_RING_PERCENT). */
+static inline int32_t mm_fused_order_blocks(const mm_fused_ring* ring) { return ring->blocks - ring->extra_blocks; }
+
 /* The dynamic claim where it was measured to win: calls whose L1 tile has
  * 128 rows (the large pair; one H200, EP1: fused -2 to -6 % at 2048 tokens,
  * within the noise at 8192), not the decode pair's short tiles (+6 % at 512

@@ -383,6 +383,25 @@ MM_DEVICE int mm_gemm_frag_col(int wg, int wn) {
   return mm_gemm_wg_col0<Cfg>(wg) + 128 * wn + 2 * (threadIdx.x & 3);
 }
 
+/* One wgmma chain into part: slice kk's low descriptor words from
+ * slice(kk, a_lo, b_lo), accumulate = 0 on the first slice; the fences order
+ * part's registers around the asynchronous wgmmas. */
+template <class Cfg, class Slice>
+MM_DEVICE void mm_gemm_issue_slices(float (&part)[64], Slice&& slice) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
+  mm_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kK32PerPromo; ++kk) {
+    uint32_t a_lo, b_lo;
+    slice(kk, a_lo, b_lo);
+    mm_wgmma_m64n128k32_e4m3(part, mm_wgmma_desc(a_lo), mm_wgmma_desc(b_lo), kk > 0 ? 1u : 0u);
+  }
+  mm_wgmma_commit();
+#pragma unroll
+  for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
+}
+
 /* Issues one wgmma chain: the k32 slices of promotion block h of stage s for
  * wave (wm, wn) into part (accumulate = 0 on the first slice). */
 template <class Cfg>
@@ -390,19 +409,11 @@ MM_DEVICE void mm_gemm_issue_chain(const mm_gemm_smem& sm, uint32_t s, int h, in
                                    float (&part)[64]) {
   const uint32_t a_lo0 = mm_wgmma_desc_sw128_lo(sm.a);
   const uint32_t b_lo0 = mm_wgmma_desc_sw128_lo(sm.b);
-#pragma unroll
-  for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
-  mm_wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < Cfg::kK32PerPromo; ++kk) {
+  mm_gemm_issue_slices<Cfg>(part, [&](int kk, uint32_t& a_lo, uint32_t& b_lo) {
     const int k32 = h * Cfg::kK32PerPromo + kk;
-    const uint32_t a_lo = a_lo0 + ((s * Cfg::kStrideA + (uint32_t)(row_w + 64 * wm) * 128u + 32u * k32) >> 4);
-    const uint32_t b_lo = b_lo0 + ((s * Cfg::kStrideB + (uint32_t)(col_w + 128 * wn) * 128u + 32u * k32) >> 4);
-    mm_wgmma_m64n128k32_e4m3(part, mm_wgmma_desc(a_lo), mm_wgmma_desc(b_lo), kk > 0 ? 1u : 0u);
-  }
-  mm_wgmma_commit();
-#pragma unroll
-  for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
+    a_lo = a_lo0 + ((s * Cfg::kStrideA + (uint32_t)(row_w + 64 * wm) * 128u + 32u * k32) >> 4);
+    b_lo = b_lo0 + ((s * Cfg::kStrideB + (uint32_t)(col_w + 128 * wn) * 128u + 32u * k32) >> 4);
+  });
 }
 
 /* The same chain from descriptors computed ahead: a_lo / b_lo are the low
@@ -416,15 +427,10 @@ MM_DEVICE void mm_gemm_issue_chain(const mm_gemm_smem& sm, uint32_t s, int h, in
  * path (~60 instructions per K block; docs/PERF.md, thirty-third session). */
 template <class Cfg>
 MM_DEVICE void mm_gemm_issue_chain_at(uint32_t a_lo, uint32_t b_lo, float (&part)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
-  mm_wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < Cfg::kK32PerPromo; ++kk)
-    mm_wgmma_m64n128k32_e4m3(part, mm_wgmma_desc(a_lo + 2u * kk), mm_wgmma_desc(b_lo + 2u * kk), kk > 0 ? 1u : 0u);
-  mm_wgmma_commit();
-#pragma unroll
-  for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
+  mm_gemm_issue_slices<Cfg>(part, [&](int kk, uint32_t& a, uint32_t& b) {
+    a = a_lo + 2u * kk;
+    b = b_lo + 2u * kk;
+  });
 }
 
 /* acc += part * (sa[row] * sb[col]): registers i < 32 are the wave's first 64
