@@ -116,12 +116,6 @@ MM_DEVICE bool mm_gemm_math_vote_ok(const mm_gemm_smem& sm, bool mine_ok) {
   return !bad;
 }
 
-/* The one-partial mainloop's wgmma descriptors from per-tile bases (off:
- * rebuilt per slice, as before; an option until a GPU A/B and the suite
- * keep it; docs/PERF.md, thirty-third session). */
-#ifndef MM_GEMM_DESC_BASES
-#define MM_GEMM_DESC_BASES 0
-#endif
 /* Diagnostic builds only (-DMM_GEMM_WAIT_TIMER=1): the ns each thread of
  * the first MM_TL_MAX_CTAS CTAs spent in mm_gemm_wait calls that had to wait
  * (its own slot: no race), read by a role's timeline (the math parts of the
@@ -131,6 +125,12 @@ MM_DEVICE bool mm_gemm_math_vote_ok(const mm_gemm_smem& sm, bool mine_ok) {
  * thread (until the phase completes or a hardware time limit): before the
  * thirtieth session it started after that try, and so missed every wait
  * shorter than the suspension (the fused L1 mainloops' "0.3 us"). */
+/* The two-partial mainloop's descriptors from per-tile bases and a
+ * warp-uniform stage, as the one-partial loop's (option, thirty-fourth
+ * session, until a GPU A/B and the suite keep it). */
+#ifndef MM_GEMM_2P_UNIFORM_STAGE
+#define MM_GEMM_2P_UNIFORM_STAGE 0
+#endif
 #ifndef MM_GEMM_WAIT_TIMER
 #define MM_GEMM_WAIT_TIMER 0
 #endif
@@ -419,12 +419,15 @@ MM_DEVICE void mm_gemm_issue_chain(const mm_gemm_smem& sm, uint32_t s, int h, in
 /* The same chain from descriptors computed ahead: a_lo / b_lo are the low
  * descriptor words of the chain's first k32 slice (the wave's rows in the
  * stage, promotion block h); each further slice is 32 bytes on, +2 in the
- * 16-byte start field. The tile's per-wave bases are computed once per tile
- * and the stage's offset once per K block (mm_gemm_consume_tile_1p with
- * MM_GEMM_DESC_BASES), so a chain issues its wgmmas after a few additions
- * instead of rebuilding both descriptors per slice: in the fused kernel
- * ptxas placed that rebuild between the chains, on each warpgroup's serial
- * path (~60 instructions per K block; docs/PERF.md, thirty-third session). */
+ * 16-byte start field. mm_gemm_consume_tile_1p computes the tile's per-wave
+ * bases once per tile and adds the stage's offset per chain from a
+ * warp-uniform stage index, so ptxas builds the slices' descriptors with
+ * uniform instructions between the QGMMAs, in the running chain's shadow.
+ * Rebuilt per slice from a regular stage index (mm_gemm_issue_chain), the
+ * descriptors took 32 R2UR moves per K block, and in the fused kernel ptxas
+ * built all four of a chain's before its first QGMMA, on each warpgroup's
+ * serial path (docs/PERF.md, thirty-third and thirty-fourth sessions: split
+ * -2.6 to -2.9 %, fused -1.0 to -5.0 % at 2048-8192 tokens). */
 template <class Cfg>
 MM_DEVICE void mm_gemm_issue_chain_at(uint32_t a_lo, uint32_t b_lo, float (&part)[64]) {
   mm_gemm_issue_slices<Cfg>(part, [&](int kk, uint32_t& a, uint32_t& b) {
@@ -519,7 +522,6 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
 #pragma unroll
   for (int wn = 0; wn < Cfg::kWN; ++wn) mm_gemm_sb_load<Cfg>(sfb[wn], 0, sb_next[wn]);
 
-#if MM_GEMM_DESC_BASES
   /* Low descriptor words of each wave's first k32 slice in stage 0: the
    * terms of mm_gemm_issue_chain's address are multiples of 16 bytes, so
    * its shifted sum is the sum of the shifted terms (the same descriptors). */
@@ -529,14 +531,14 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
 #pragma unroll
   for (int wn = 0; wn < Cfg::kWN; ++wn) b_lo_w[wn] = mm_wgmma_desc_sw128_lo(sm.b) + (uint32_t)(col_w + 128 * wn) * 8u;
   static_assert(Cfg::kStrideA % 16 == 0 && Cfg::kStrideB % 16 == 0, "stage strides in 16-byte units");
-#endif
   bool stage_ready = false; /* kEarlyProbe: the probe found the pipe's current stage full */
   /* K block kb, in the pipe's current stage; with kProbe (kEarlyProbe, not
-   * the tile's last block), the pipe advances and block kb + 1's stage is
-   * probed while kb's last chain runs. */
+   * the tile's last block), block kb + 1's stage is probed while kb's last
+   * chain runs. The pipe advances at the block's end. */
   auto block = [&](int kb, auto probe_tag) {
     constexpr bool kProbe = decltype(probe_tag)::value;
-    const uint32_t s = pipe.stage;
+    /* The same in every lane; said so, it keeps the descriptors uniform. */
+    const uint32_t s = mm_warp_uniform(pipe.stage);
     /* B scales: this block's, and the next block's load in flight. */
     float sb[Cfg::kWN][2];
     const int kn = kb + 1 < kblocks ? kb + 1 : kb;
@@ -566,23 +568,15 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
         sa[h][wm][1] = wave_ok[wm] ? sf_stage[h * Cfg::BM + r + 8] : 0.f;
       }
 
-#if MM_GEMM_DESC_BASES
-    /* The pipe advanced once per block in straight-line code, outside the
+    /* The pipe advances once per block in straight-line code, outside the
      * per-wave branches (which ptxas cannot prove uniform), so the per-wave
-     * paths carry no stage update: the loop is shorter (the fused L1 loop
-     * 384 -> 376 instructions per K block). The stage index still lands in
-     * a regular register. The probe, where it runs, tests the next stage. */
+     * paths carry no stage update (a shorter loop). The probe, where it
+     * runs, tests the next block's stage. */
     mm_gemm_pipe next = pipe;
     mm_gemm_pipe_advance(next, sm.stages);
-    auto advance = [&]() {
+    auto probe_next = [&]() {
       if (kProbe) stage_ready = mm_mbar_test_wait(sm.full + 8 * next.stage, next.phase) != 0;
     };
-#else
-    auto advance = [&]() {
-      mm_gemm_pipe_advance(pipe, sm.stages);
-      if (kProbe) stage_ready = mm_mbar_test_wait(sm.full + 8 * pipe.stage, pipe.phase) != 0;
-    };
-#endif
 #pragma unroll
     for (int h = 0; h < Cfg::kPromo; ++h)
 #pragma unroll
@@ -592,14 +586,10 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
           const bool last = h == Cfg::kPromo - 1 && wm == Cfg::kWM - 1 && wn == Cfg::kWN - 1;
           if (wave_ok[wm]) {
             float part[64];
-#if MM_GEMM_DESC_BASES
             const uint32_t k_lo = 2u * (uint32_t)(h * Cfg::kK32PerPromo);
             mm_gemm_issue_chain_at<Cfg>(a_lo_w[wm] + s * (Cfg::kStrideA >> 4) + k_lo,
                                         b_lo_w[wn] + s * (Cfg::kStrideB >> 4) + k_lo, part);
-#else
-            mm_gemm_issue_chain<Cfg>(sm, s, h, row_w, col_w, wm, wn, part);
-#endif
-            if (kProbe && last) advance();
+            if (kProbe && last) probe_next();
             mm_wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 64; ++i) mm_wgmma_fence_operand(part[i]);
@@ -607,15 +597,11 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
             if (last && lane == 0) mm_mbar_arrive(sm.empty + 8 * s);
             mm_gemm_promote(acc[wm * Cfg::kWN + wn], part, sa[h][wm][0], sa[h][wm][1], sb[wn][0], sb[wn][1]);
           } else if (last) {
-            if (kProbe) advance();
+            if (kProbe) probe_next();
             if (lane == 0) mm_mbar_arrive(sm.empty + 8 * s); /* a wave past the expert's rows: nothing to read */
           }
         }
-#if MM_GEMM_DESC_BASES
-    pipe = next; /* every path above ran advance() once (kProbe) or none did */
-#else
-    if (!kProbe) mm_gemm_pipe_advance(pipe, sm.stages);
-#endif
+    pipe = next;
   };
 
   if constexpr (kEarlyProbe) {
@@ -671,6 +657,19 @@ MM_DEVICE bool mm_gemm_consume_tile_2p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   float part0[64], part1[64];
   float sa0[2], sa1[2], sb0[2], sb1[2]; /* scales of the unit in part0 / part1 */
   uint32_t st0 = 0, st1 = 0;            /* stage of the unit in part0 / part1 */
+#if MM_GEMM_2P_UNIFORM_STAGE
+  /* As in mm_gemm_consume_tile_1p: per-tile descriptor bases, the unit's
+   * stage warp-uniform, so its chain's descriptors are uniform instructions. */
+  const uint32_t a_lo_w = mm_wgmma_desc_sw128_lo(sm.a) + (uint32_t)row_w * 8u;
+  const uint32_t b_lo_w = mm_wgmma_desc_sw128_lo(sm.b) + (uint32_t)col_w * 8u;
+#define MM_GEMM_2P_STAGE() mm_warp_uniform(pipe.stage)
+#define MM_GEMM_2P_CHAIN(st, h, part)                                                           \
+  mm_gemm_issue_chain_at<Cfg>(a_lo_w + (st) * (Cfg::kStrideA >> 4) + 2u * (uint32_t)((h) * Cfg::kK32PerPromo), \
+                              b_lo_w + (st) * (Cfg::kStrideB >> 4) + 2u * (uint32_t)((h) * Cfg::kK32PerPromo), part)
+#else
+#define MM_GEMM_2P_STAGE() pipe.stage
+#define MM_GEMM_2P_CHAIN(st, h, part) mm_gemm_issue_chain<Cfg>(sm, st, h, row_w, col_w, 0, 0, part)
+#endif
 
   /* Issues unit u into part (stage, scales); on the stage's first unit waits
    * for it to fill; on its last unit advances the pipe. */
@@ -679,12 +678,12 @@ MM_DEVICE bool mm_gemm_consume_tile_2p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
     const int h_ = Cfg::kPromo == 1 ? 0 : ((u) & 1);                                            \
     const int kb_ = (u) / Cfg::kPromo;                                                          \
     if (h_ == 0 && !mm_gemm_wait(sm, sm.full + 8 * pipe.stage, pipe.phase, p)) ok = false;       \
-    st = pipe.stage;                                                                            \
+    st = MM_GEMM_2P_STAGE();                                                                    \
     const float* sf_ = sm.sf_ptr + st * (Cfg::kStrideSF / 4) + h_ * Cfg::BM;                    \
     sa[0] = sf_[r];                                                                             \
     sa[1] = sf_[r + 8];                                                                         \
     mm_gemm_sb_load<Cfg>(sfb[0], kb_, sb);                                                      \
-    mm_gemm_issue_chain<Cfg>(sm, st, h_, row_w, col_w, 0, 0, part);                             \
+    MM_GEMM_2P_CHAIN(st, h_, part);                                                             \
     if (h_ == Cfg::kPromo - 1) mm_gemm_pipe_advance(pipe, sm.stages);                           \
   } while (0)
 
@@ -721,6 +720,8 @@ MM_DEVICE bool mm_gemm_consume_tile_2p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   }
 #undef MM_GEMM_ISSUE
 #undef MM_GEMM_FINISH
+#undef MM_GEMM_2P_STAGE
+#undef MM_GEMM_2P_CHAIN
   return ok;
 }
 
