@@ -753,7 +753,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   __shared__ mm_fused_cta ctl;
   const mm_gemm_smem sm = mm_gemm_smem_carve(mm_gemm_smem_raw, lay);
   const int tid = threadIdx.x;
-  const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
+  const int warp = (int)mm_warp_uniform((uint32_t)(tid >> 5)); /* the role branches below: warp-uniform */
   const int lane = tid & 31;
   mm_device_status* st = mm_status(L);
   mm_programmatic_launch_prologue(); /* before any global memory access (megamoe_set_programmatic_launch) */

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   extern __shared__ uint8_t mm_gemm_smem_raw[];
   const mm_gemm_smem sm = mm_gemm_smem_carve(mm_gemm_smem_raw, lay);
   const int tid = threadIdx.x;
-  const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
+  const int warp = (int)mm_warp_uniform((uint32_t)(tid >> 5)); /* the role branches below: warp-uniform */
   const int lane = tid & 31;
 
   Sched sched;

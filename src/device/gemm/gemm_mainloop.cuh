@@ -125,12 +125,6 @@ MM_DEVICE bool mm_gemm_math_vote_ok(const mm_gemm_smem& sm, bool mine_ok) {
  * thread (until the phase completes or a hardware time limit): before the
  * thirtieth session it started after that try, and so missed every wait
  * shorter than the suspension (the fused L1 mainloops' "0.3 us"). */
-/* The two-partial mainloop's descriptors from per-tile bases and a
- * warp-uniform stage, as the one-partial loop's (option, thirty-fourth
- * session, until a GPU A/B and the suite keep it). */
-#ifndef MM_GEMM_2P_UNIFORM_STAGE
-#define MM_GEMM_2P_UNIFORM_STAGE 0
-#endif
 #ifndef MM_GEMM_WAIT_TIMER
 #define MM_GEMM_WAIT_TIMER 0
 #endif
@@ -657,19 +651,6 @@ MM_DEVICE bool mm_gemm_consume_tile_2p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   float part0[64], part1[64];
   float sa0[2], sa1[2], sb0[2], sb1[2]; /* scales of the unit in part0 / part1 */
   uint32_t st0 = 0, st1 = 0;            /* stage of the unit in part0 / part1 */
-#if MM_GEMM_2P_UNIFORM_STAGE
-  /* As in mm_gemm_consume_tile_1p: per-tile descriptor bases, the unit's
-   * stage warp-uniform, so its chain's descriptors are uniform instructions. */
-  const uint32_t a_lo_w = mm_wgmma_desc_sw128_lo(sm.a) + (uint32_t)row_w * 8u;
-  const uint32_t b_lo_w = mm_wgmma_desc_sw128_lo(sm.b) + (uint32_t)col_w * 8u;
-#define MM_GEMM_2P_STAGE() mm_warp_uniform(pipe.stage)
-#define MM_GEMM_2P_CHAIN(st, h, part)                                                           \
-  mm_gemm_issue_chain_at<Cfg>(a_lo_w + (st) * (Cfg::kStrideA >> 4) + 2u * (uint32_t)((h) * Cfg::kK32PerPromo), \
-                              b_lo_w + (st) * (Cfg::kStrideB >> 4) + 2u * (uint32_t)((h) * Cfg::kK32PerPromo), part)
-#else
-#define MM_GEMM_2P_STAGE() pipe.stage
-#define MM_GEMM_2P_CHAIN(st, h, part) mm_gemm_issue_chain<Cfg>(sm, st, h, row_w, col_w, 0, 0, part)
-#endif
 
   /* Issues unit u into part (stage, scales); on the stage's first unit waits
    * for it to fill; on its last unit advances the pipe. */
@@ -678,12 +659,12 @@ MM_DEVICE bool mm_gemm_consume_tile_2p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
     const int h_ = Cfg::kPromo == 1 ? 0 : ((u) & 1);                                            \
     const int kb_ = (u) / Cfg::kPromo;                                                          \
     if (h_ == 0 && !mm_gemm_wait(sm, sm.full + 8 * pipe.stage, pipe.phase, p)) ok = false;       \
-    st = MM_GEMM_2P_STAGE();                                                                    \
+    st = pipe.stage;                                                                            \
     const float* sf_ = sm.sf_ptr + st * (Cfg::kStrideSF / 4) + h_ * Cfg::BM;                    \
     sa[0] = sf_[r];                                                                             \
     sa[1] = sf_[r + 8];                                                                         \
     mm_gemm_sb_load<Cfg>(sfb[0], kb_, sb);                                                      \
-    MM_GEMM_2P_CHAIN(st, h_, part);                                                             \
+    mm_gemm_issue_chain<Cfg>(sm, st, h_, row_w, col_w, 0, 0, part);                             \
     if (h_ == Cfg::kPromo - 1) mm_gemm_pipe_advance(pipe, sm.stages);                           \
   } while (0)
 
@@ -720,8 +701,6 @@ MM_DEVICE bool mm_gemm_consume_tile_2p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   }
 #undef MM_GEMM_ISSUE
 #undef MM_GEMM_FINISH
-#undef MM_GEMM_2P_STAGE
-#undef MM_GEMM_2P_CHAIN
   return ok;
 }
 

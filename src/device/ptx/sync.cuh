@@ -91,11 +91,13 @@ MM_PTX_DEVICE bool mm_named_barrier_or(uint32_t id, uint32_t count, bool pred) {
 }
 
 /* v, taken from lane 0, for a value the caller knows is the same in every
- * lane of the warp. ptxas keeps a value in the uniform datapath only where
- * it can prove it warp-uniform, and the result of a shuffle from a constant
- * lane is such a value: what is computed from it (a wgmma descriptor) then
- * takes uniform instructions instead of regular ones and R2UR moves, and no
- * regular register. Every lane of the warp must call it (full mask). */
+ * lane of the warp. ptxas moves a value into the uniform datapath only
+ * where it can prove it warp-uniform, and the result of a shuffle from a
+ * constant lane is such a value: a wgmma chain's descriptors computed from
+ * it take one R2UR per base and uniform additions for the other slices,
+ * instead of a regular computation and two R2URs per descriptor (the
+ * mainloop's 32 R2URs per K block became 8). Every lane of the warp must
+ * call it, converged (full mask). */
 MM_PTX_DEVICE uint32_t mm_warp_uniform(uint32_t v) { return __shfl_sync(0xffffffffu, v, 0); }
 
 /* Register reconfiguration of the executing warpgroup. All four warps of
