@@ -529,10 +529,8 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   /* K block kb, in the pipe's current stage; with kProbe (kEarlyProbe, not
    * the tile's last block), block kb + 1's stage is probed while kb's last
    * chain runs. The pipe advances at the block's end. */
-  auto block = [&](int kb, auto probe_tag) {
+  auto block = [&](int kb, auto probe_tag, uint32_t s) {
     constexpr bool kProbe = decltype(probe_tag)::value;
-    /* The same in every lane; said so, it keeps the descriptors uniform. */
-    const uint32_t s = mm_warp_uniform(pipe.stage);
     /* B scales: this block's, and the next block's load in flight. */
     float sb[Cfg::kWN][2];
     const int kn = kb + 1 < kblocks ? kb + 1 : kb;
@@ -598,12 +596,26 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
     pipe = next;
   };
 
-  if constexpr (kEarlyProbe) {
-    for (int kb = 0; kb + 1 < kblocks; ++kb) block(kb, mm_bool_tag<true>());
-    block(kblocks - 1, mm_bool_tag<false>());
-  } else {
-    for (int kb = 0; kb < kblocks; ++kb) block(kb, mm_bool_tag<false>());
+  /* The stage is the same in every lane; said so, it keeps the descriptors uniform. */
+#if MM_GEMM_SHFL_PAIRS
+  /* Two blocks per shuffle: the second block's stage derived from the first's. */
+  auto after = [&](uint32_t s) { return s + 1 == sm.stages ? 0u : s + 1; };
+  int kb = 0;
+  for (; kb + 2 < kblocks; kb += 2) {
+    const uint32_t s0 = mm_warp_uniform(pipe.stage);
+    block(kb, mm_bool_tag<kEarlyProbe>(), s0);
+    block(kb + 1, mm_bool_tag<kEarlyProbe>(), after(s0));
   }
+  for (; kb + 1 < kblocks; ++kb) block(kb, mm_bool_tag<kEarlyProbe>(), mm_warp_uniform(pipe.stage));
+  block(kblocks - 1, mm_bool_tag<false>(), mm_warp_uniform(pipe.stage));
+#else
+  if constexpr (kEarlyProbe) {
+    for (int kb = 0; kb + 1 < kblocks; ++kb) block(kb, mm_bool_tag<true>(), mm_warp_uniform(pipe.stage));
+    block(kblocks - 1, mm_bool_tag<false>(), mm_warp_uniform(pipe.stage));
+  } else {
+    for (int kb = 0; kb < kblocks; ++kb) block(kb, mm_bool_tag<false>(), mm_warp_uniform(pipe.stage));
+  }
+#endif
   return *sm.abort == 0;
 }
 
