@@ -116,6 +116,14 @@ MM_DEVICE bool mm_gemm_math_vote_ok(const mm_gemm_smem& sm, bool mine_ok) {
   return !bad;
 }
 
+/* The one-partial K loop two blocks per iteration, the second block's stage
+ * derived from the first's shuffled one: one shuffle and its divergence
+ * check (BRA.DIV, 4 % of the fused L1 loop's ncu samples) per two blocks.
+ * Off: an option until a GPU A/B and the suite keep it (docs/PERF.md,
+ * thirty-fourth session). */
+#ifndef MM_GEMM_SHFL_PAIRS
+#define MM_GEMM_SHFL_PAIRS 0
+#endif
 /* Diagnostic builds only (-DMM_GEMM_WAIT_TIMER=1): the ns each thread of
  * the first MM_TL_MAX_CTAS CTAs spent in mm_gemm_wait calls that had to wait
  * (its own slot: no race), read by a role's timeline (the math parts of the
