@@ -605,23 +605,25 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
   };
 
   /* The stage is the same in every lane; said so, it keeps the descriptors uniform. */
+  auto stage = [&]() { return mm_warp_uniform(pipe.stage); };
 #if MM_GEMM_SHFL_PAIRS
-  /* Two blocks per shuffle: the second block's stage derived from the first's. */
-  auto after = [&](uint32_t s) { return s + 1 == sm.stages ? 0u : s + 1; };
+  /* Two blocks per shuffle: the second block's stage derived from the
+   * first's in the same iteration (the pipe's own wrap rule). */
   int kb = 0;
   for (; kb + 2 < kblocks; kb += 2) {
-    const uint32_t s0 = mm_warp_uniform(pipe.stage);
-    block(kb, mm_bool_tag<kEarlyProbe>(), s0);
-    block(kb + 1, mm_bool_tag<kEarlyProbe>(), after(s0));
+    mm_gemm_pipe second = {stage(), 0u};
+    block(kb, mm_bool_tag<kEarlyProbe>(), second.stage);
+    mm_gemm_pipe_advance(second, sm.stages);
+    block(kb + 1, mm_bool_tag<kEarlyProbe>(), second.stage);
   }
-  for (; kb + 1 < kblocks; ++kb) block(kb, mm_bool_tag<kEarlyProbe>(), mm_warp_uniform(pipe.stage));
-  block(kblocks - 1, mm_bool_tag<false>(), mm_warp_uniform(pipe.stage));
+  for (; kb + 1 < kblocks; ++kb) block(kb, mm_bool_tag<kEarlyProbe>(), stage());
+  block(kblocks - 1, mm_bool_tag<false>(), stage());
 #else
   if constexpr (kEarlyProbe) {
-    for (int kb = 0; kb + 1 < kblocks; ++kb) block(kb, mm_bool_tag<true>(), mm_warp_uniform(pipe.stage));
-    block(kblocks - 1, mm_bool_tag<false>(), mm_warp_uniform(pipe.stage));
+    for (int kb = 0; kb + 1 < kblocks; ++kb) block(kb, mm_bool_tag<true>(), stage());
+    block(kblocks - 1, mm_bool_tag<false>(), stage());
   } else {
-    for (int kb = 0; kb < kblocks; ++kb) block(kb, mm_bool_tag<false>(), mm_warp_uniform(pipe.stage));
+    for (int kb = 0; kb < kblocks; ++kb) block(kb, mm_bool_tag<false>(), stage());
   }
 #endif
   return *sm.abort == 0;
