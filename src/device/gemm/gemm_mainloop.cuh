@@ -116,14 +116,6 @@ MM_DEVICE bool mm_gemm_math_vote_ok(const mm_gemm_smem& sm, bool mine_ok) {
   return !bad;
 }
 
-/* The one-partial K loop two blocks per iteration, the second block's stage
- * derived from the first's shuffled one: one shuffle and its divergence
- * check (BRA.DIV, 4 % of the fused L1 loop's ncu samples) per two blocks.
- * Off: an option until a GPU A/B and the suite keep it (docs/PERF.md,
- * thirty-fourth session). */
-#ifndef MM_GEMM_SHFL_PAIRS
-#define MM_GEMM_SHFL_PAIRS 0
-#endif
 /* Diagnostic builds only (-DMM_GEMM_WAIT_TIMER=1): the ns each thread of
  * the first MM_TL_MAX_CTAS CTAs spent in mm_gemm_wait calls that had to wait
  * (its own slot: no race), read by a role's timeline (the math parts of the
@@ -606,26 +598,12 @@ MM_DEVICE bool mm_gemm_consume_tile_1p(const mm_gemm_smem& sm, mm_gemm_pipe& pip
 
   /* The stage is the same in every lane; said so, it keeps the descriptors uniform. */
   auto stage = [&]() { return mm_warp_uniform(pipe.stage); };
-#if MM_GEMM_SHFL_PAIRS
-  /* Two blocks per shuffle: the second block's stage derived from the
-   * first's in the same iteration (the pipe's own wrap rule). */
-  int kb = 0;
-  for (; kb + 2 < kblocks; kb += 2) {
-    mm_gemm_pipe second = {stage(), 0u};
-    block(kb, mm_bool_tag<kEarlyProbe>(), second.stage);
-    mm_gemm_pipe_advance(second, sm.stages);
-    block(kb + 1, mm_bool_tag<kEarlyProbe>(), second.stage);
-  }
-  for (; kb + 1 < kblocks; ++kb) block(kb, mm_bool_tag<kEarlyProbe>(), stage());
-  block(kblocks - 1, mm_bool_tag<false>(), stage());
-#else
   if constexpr (kEarlyProbe) {
     for (int kb = 0; kb + 1 < kblocks; ++kb) block(kb, mm_bool_tag<true>(), stage());
     block(kblocks - 1, mm_bool_tag<false>(), stage());
   } else {
     for (int kb = 0; kb < kblocks; ++kb) block(kb, mm_bool_tag<false>(), stage());
   }
-#endif
   return *sm.abort == 0;
 }
 

@@ -184,6 +184,169 @@ MM_DEVICE void mm_route_publish_expert_scanned(const mm_layer_view& L, const mm_
   mm_route_publish_at(L, F, e, base, count, failed, scratch);
 }
 
+/* ---- Chunked routing (the persistent arms' phases A and B) -----------------
+ * The per-expert scans above give each expert one CTA, which reads all T*K
+ * slots twice (count, then publish): with E = 32 and 132 CTAs, 32 CTAs scan
+ * 49152 slots each while 100 wait, 65 us of an 8192-token forward on an
+ * H100 (docs/PERF.md, thirty-fifth session). Here every CTA takes one
+ * contiguous chunk of the slots (mm_grid_chunk):
+ *   A  counts its chunk per expert into cta_counts[e][CTA] (all E written);
+ *   B  after the grid barrier, sums the table: for each expert its total
+ *      and the slots of lower CTAs' chunks; the totals' prefix within each
+ *      destination rank gives where its first entry goes; then one warp
+ *      writes the chunk's entries in slot order.
+ * The chunks are in slot order and so are the CTAs' bases, so every list is
+ * the per-expert scans' list entry for entry: (token, slot) order. The table
+ * takes E x MM_ROUTE_CHUNK_MAX_GRID ints (MM_WS_ROUTE_CTA_COUNTS), so this
+ * runs where E and the grid fit those bounds (mm_route_chunked). */
+
+#ifndef MM_ROUTE_CHUNKED
+#define MM_ROUTE_CHUNKED 1 /* 0: the per-expert scans at every size (the A/B's baseline) */
+#endif
+
+/* Ints of shared scratch the chunked phases use beyond the 64 that
+ * mm_block_exclusive_scan may take: the histogram, then the totals, the
+ * bases and the totals' prefix. */
+#define MM_ROUTE_CHUNK_SCRATCH_INTS (64 + 3 * MM_ROUTE_CHUNK_MAX_EXPERTS)
+
+MM_DEVICE bool mm_route_chunked(int num_experts) {
+  return MM_ROUTE_CHUNKED && num_experts <= MM_ROUTE_CHUNK_MAX_EXPERTS && gridDim.x <= MM_ROUTE_CHUNK_MAX_GRID;
+}
+
+/* Slots [lo, hi) of the calling CTA when n slots are cut into gridDim.x
+ * contiguous chunks of whole 32-slot steps (a CTA past the end gets none). */
+MM_DEVICE void mm_grid_chunk(int64_t n, int64_t* lo, int64_t* hi) {
+  const int64_t steps = (n + 31) / 32;
+  const int64_t per = (steps + gridDim.x - 1) / gridDim.x;
+  *lo = min(n, (int64_t)blockIdx.x * per * 32);
+  *hi = min(n, *lo + per * 32);
+}
+
+/* An expert id as the chunked phases count it: v in [0, E), else -1 (a
+ * masked slot, or an index the validation rejects). */
+MM_DEVICE int32_t mm_route_valid_or_none(int32_t v, int num_experts) { return v >= 0 && v < num_experts ? v : -1; }
+
+/* Phase A: the calling CTA's chunk counted per expert into
+ * cta_counts[e * MM_ROUTE_CHUNK_MAX_GRID + blockIdx.x], every e < E written.
+ * All threads; hist: E ints of shared memory. */
+MM_DEVICE void mm_route_chunk_count(const mm_forward_view& F, int top_k, int num_experts, int32_t* cta_counts,
+                                    int* hist) {
+  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) hist[e] = 0;
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  int64_t lo, hi;
+  mm_grid_chunk((int64_t)F.num_tokens * top_k, &lo, &hi);
+  /* Warp w takes the steps w, w + warps, ...: MM_ROUTE_BATCH of them loaded
+   * before the first is counted (the loop bound is warp-uniform). */
+  for (int64_t step0 = lo + 32 * warp; step0 < hi; step0 += 32 * (int64_t)warps * MM_ROUTE_BATCH) {
+    int32_t v[MM_ROUTE_BATCH];
+#pragma unroll
+    for (int b = 0; b < MM_ROUTE_BATCH; ++b) {
+      const int64_t i = step0 + 32 * (int64_t)warps * b + lane;
+      v[b] = i < hi ? mm_route_valid_or_none(mm_topk_at(F, i), num_experts) : -1;
+    }
+#pragma unroll
+    for (int b = 0; b < MM_ROUTE_BATCH; ++b) {
+      /* One shared-memory add per distinct expert of the step, by its
+       * lowest lane. */
+      const uint32_t same = __match_any_sync(0xffffffffu, v[b]);
+      if (v[b] >= 0 && lane == __ffs(same) - 1) atomicAdd(hist + v[b], __popc(same));
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < num_experts; e += blockDim.x)
+    cta_counts[(int64_t)e * MM_ROUTE_CHUNK_MAX_GRID + blockIdx.x] = hist[e];
+}
+
+/* Phase B, after the grid barrier that follows every CTA's phase A: expert
+ * e's count published to its rank (by the CTA e % gridDim.x; 0 after an
+ * error of this forward, as mm_route_publish_at), then, unless `failed`,
+ * this CTA's chunk's entries at their places in the lists. All threads;
+ * scratch: 3 E ints of shared memory. */
+MM_DEVICE void mm_route_chunk_publish(const mm_layer_view& L, const mm_forward_view& F, const int32_t* cta_counts,
+                                      bool failed, int* scratch) {
+  const int E = L.num_experts, El = L.local_experts;
+  int* const total = scratch;         /* [E] slots of expert e over every chunk */
+  int* const base = scratch + E;      /* [E] this CTA's next entry of e in its rank's list */
+  int* const prefix = scratch + 2 * E; /* [E] exclusive prefix of `total` over all experts */
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int ctas = gridDim.x, me = blockIdx.x;
+  /* Each warp sums its experts' rows of the table: 32 lanes x up to
+   * MM_ROUTE_CHUNK_MAX_GRID / 32 CTAs each, the loads issued together. */
+  for (int e = warp; e < E; e += warps) {
+    const int32_t* row = cta_counts + (int64_t)e * MM_ROUTE_CHUNK_MAX_GRID;
+    int v[MM_ROUTE_CHUNK_MAX_GRID / 32];
+#pragma unroll
+    for (int j = 0; j < MM_ROUTE_CHUNK_MAX_GRID / 32; ++j) v[j] = lane + 32 * j < ctas ? row[lane + 32 * j] : 0;
+    int sum = 0, below = 0;
+#pragma unroll
+    for (int j = 0; j < MM_ROUTE_CHUNK_MAX_GRID / 32; ++j) {
+      sum += v[j];
+      below += lane + 32 * j < me ? v[j] : 0;
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, d);
+      below += __shfl_xor_sync(0xffffffffu, below, d);
+    }
+    if (lane == 0) {
+      total[e] = sum;
+      base[e] = below;
+      if (e % ctas == me)
+        mm_sym<int32_t>(L, e / El, MM_SYM_ROUTE_COUNTS)[L.rank * El + e % El] = failed ? 0 : sum;
+    }
+  }
+  __syncthreads();
+  if (failed || warp != 0) return;
+  /* Warp 0: the totals' exclusive prefix over all experts, 32 at a time;
+   * then an expert's entries start after its rank's earlier local experts'
+   * (prefix[e] - prefix[first expert of its rank]) and this CTA's after the
+   * lower CTAs' (base[e]). */
+  int carry = 0;
+  for (int e0 = 0; e0 < E; e0 += 32) {
+    const int e = e0 + lane, t = e < E ? total[e] : 0;
+    const int inc = mm_warp_inclusive_scan(t);
+    if (e < E) prefix[e] = carry + inc - t;
+    carry += __shfl_sync(0xffffffffu, inc, 31);
+  }
+  __syncwarp();
+  for (int e = lane; e < E; e += 32) base[e] += prefix[e] - prefix[e / El * El];
+  __syncwarp();
+  /* The chunk's entries in slot order, one 32-slot step at a time: a slot's
+   * place is its expert's cursor plus the lower lanes of the step with the
+   * same expert; the lowest of them then advances the cursor. */
+  const int64_t list0 = (int64_t)L.rank * L.max_tokens * L.top_k;
+  const uint32_t lower = (1u << lane) - 1u;
+  int64_t lo, hi;
+  mm_grid_chunk((int64_t)F.num_tokens * L.top_k, &lo, &hi);
+  for (int64_t step0 = lo; step0 < hi; step0 += 32 * MM_ROUTE_BATCH) {
+    int32_t v[MM_ROUTE_BATCH];
+    float w[MM_ROUTE_BATCH];
+#pragma unroll
+    for (int b = 0; b < MM_ROUTE_BATCH; ++b) {
+      const int64_t i = step0 + 32 * b + lane;
+      v[b] = i < hi ? mm_route_valid_or_none(mm_topk_at(F, i), E) : -1;
+    }
+#pragma unroll
+    for (int b = 0; b < MM_ROUTE_BATCH; ++b) w[b] = v[b] >= 0 ? F.topk_w[step0 + 32 * b + lane] : 0.f;
+#pragma unroll
+    for (int b = 0; b < MM_ROUTE_BATCH; ++b) {
+      const uint32_t same = __match_any_sync(0xffffffffu, v[b]);
+      const int e = v[b];
+      const int pos = e >= 0 ? base[e] + __popc(same & lower) : 0;
+      __syncwarp(); /* every lane's cursor read before the lowest lane moves it */
+      if (e >= 0) {
+        mm_route_entry entry;
+        entry.token_slot = (int32_t)(step0 + 32 * b + lane);
+        entry.weight = w[b];
+        mm_sym<mm_route_entry>(L, e / El, MM_SYM_ROUTE_ENTRIES)[list0 + pos] = entry;
+        if (lane == __ffs(same) - 1) base[e] += __popc(same);
+      }
+      __syncwarp();
+    }
+  }
+}
+
 /* The too-many-tokens record of the layout, by the expert whose padded
  * range [offset, offset + padded) crosses the capacity (its details: see
  * mm_pool_layout_cta_cap). */

@@ -2,7 +2,9 @@
  * kernel): every CTA of a cooperative grid of one CTA per SM runs
  *
  *   A  start the forward (CTA 0); validate the top-k ids and count this
- *      rank's slots per expert (CTA-strided); clear the arm's counters
+ *      rank's slots per expert (each CTA a chunk of the slots, or where E
+ *      is too large for the chunk table each CTA an expert: route.cuh);
+ *      clear the arm's counters; stage the caller's x
  *                                                                grid barrier
  *   B  publish each expert's routed list to its rank; the fused arm's CTA 0
  *      also writes (T, bound) of this call into slot `rank` of every rank's
@@ -96,8 +98,9 @@ MM_DEVICE void mm_route_publish_call(const mm_layer_view& L, const mm_forward_vi
 }
 
 /* Phases A-C, all threads of every CTA. False when a grid barrier gave up
- * (deadline): the caller skips to the end of the forward. scratch: >= 33
- * ints of shared memory. */
+ * (deadline): the caller skips to the end of the forward. scratch:
+ * MM_ROUTE_CHUNK_SCRATCH_INTS ints of shared memory (the kernels pass their
+ * pipeline stages, unused until the roles start). */
 MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F, const mm_route_hooks& h,
                                int* scratch) {
   mm_device_status* st = mm_status(L);
@@ -125,11 +128,17 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
    * the host's injected error, a dead layer, or a bad index (which every
    * CTA's scan sees, and the validation above records). */
   const bool one_scan = mm_route_one_scan(F, L.top_k);
+  /* Above decode sizes: every CTA counts a chunk of the slots where E fits
+   * the chunk table (route.cuh), else one CTA per expert scans them all. */
+  const bool chunked = !one_scan && mm_route_chunked(L.num_experts);
+  int32_t* const cta_counts = mm_ws<int32_t>(L, MM_WS_ROUTE_CTA_COUNTS);
   if (one_scan) {
     const bool failed = F.injected_error != 0 || mm_dead(st);
     for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x)
       mm_route_publish_expert_scanned(L, F, e, failed, scratch);
     mm_route_publish_call(L, F, h);
+  } else if (chunked) {
+    mm_route_chunk_count(F, L.top_k, L.num_experts, cta_counts, scratch + 64);
   } else {
     for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_count_expert(L, F, e, scratch);
   }
@@ -157,7 +166,10 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
     /* B: publish (every CTA sees the same `failed`: the errors of phase A
      * precede the grid barrier). */
     const bool failed = mm_failed(st);
-    for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_publish_expert(L, F, e, failed, scratch);
+    if (chunked)
+      mm_route_chunk_publish(L, F, cta_counts, failed, scratch + 64);
+    else
+      for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_publish_expert(L, F, e, failed, scratch);
     mm_route_publish_call(L, F, h);
     if (!mm_grid_barrier(gb, gctx)) return false;
   }
