@@ -5,8 +5,9 @@
  * list are compared entry for entry (slot and weight bits) with the host's
  * lists in (token, slot) order, the order every arm's pool is built in; the
  * words around them (other sources' counts and lists, the list past its
- * count) must keep their poison. The layer tests cannot see this order: a
- * pool permuted within an expert gives the same y. */
+ * count) must keep their poison. Each case runs after a forward with
+ * another routing on the same count table. The layer tests cannot see this
+ * order: a pool permuted within an expert gives the same y. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -48,13 +49,14 @@ __device__ void rt_spin_ns(uint64_t ns) {
 }
 
 /* Phase A, the grid barrier, phase B, as route_phases.cuh runs them.
- * use_barrier = 0 is the planted control: the last CTA counts 50 us late and
- * no barrier waits for it, so the others sum a stale table. */
+ * use_barrier = 0 is the planted control: CTA 0 (whose chunk has slots
+ * whenever any CTA's has) counts 50 us late and no barrier waits for it, so
+ * the others sum its stale row of the table. */
 __global__ void k_route_chunked(mm_layer_view L, mm_forward_view F, mm_grid_barrier_state* gb, int failed,
                                 int use_barrier, unsigned* barrier_failed) {
   __shared__ int scratch[MM_ROUTE_CHUNK_SCRATCH_INTS];
   int32_t* const table = mm_ws<int32_t>(L, MM_WS_ROUTE_CTA_COUNTS);
-  if (!use_barrier && blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) rt_spin_ns(50000);
+  if (!use_barrier && blockIdx.x == 0 && threadIdx.x == 0) rt_spin_ns(50000);
   __syncthreads();
   mm_route_chunk_count(F, L.top_k, L.num_experts, table, scratch + 64);
   if (use_barrier) {
@@ -180,7 +182,30 @@ long rt_run(const rt_case& c, int use_barrier, const char** why) {
     F.topk_idx = d_ids, F.topk_idx_int64 = c.idx64, F.topk_w = (const float*)d_w, F.num_tokens = c.T;
     int failed = c.failed;
     void* args[] = {&L, &F, &gb, &failed, &use_barrier, &barrier_failed};
-    cudaError_t e = cudaLaunchCooperativeKernel((const void*)k_route_chunked, dim3(grid), dim3(MM_GEMM_THREADS), args, 0, 0);
+    cudaError_t e = cudaSuccess;
+    if (use_barrier) {
+      /* A forward before, on the same table, with every valid id moved to
+       * the next expert: the checked routing must not read its counts. */
+      for (int64_t i = 0; i < slots; ++i) {
+        const int64_t v = ids[i] >= 0 && ids[i] < c.E ? (ids[i] + 1) % c.E : ids[i];
+        if (c.idx64) ((int64_t*)host_ids)[i] = v;
+        else ((int32_t*)host_ids)[i] = (int32_t)v;
+      }
+      int prior_failed = 0;
+      void* prior_args[] = {&L, &F, &gb, &prior_failed, &use_barrier, &barrier_failed};
+      e = cudaMemcpy(d_ids, host_ids, id_bytes, cudaMemcpyHostToDevice);
+      if (e == cudaSuccess)
+        e = cudaLaunchCooperativeKernel((const void*)k_route_chunked, dim3(grid), dim3(MM_GEMM_THREADS), prior_args, 0, 0);
+      if (e == cudaSuccess) e = cudaDeviceSynchronize();
+      for (int64_t i = 0; i < slots; ++i) {
+        if (c.idx64) ((int64_t*)host_ids)[i] = ids[i];
+        else ((int32_t*)host_ids)[i] = (int32_t)ids[i];
+      }
+      if (e == cudaSuccess) e = cudaMemcpy(d_ids, host_ids, id_bytes, cudaMemcpyHostToDevice);
+      for (int d = 0; d < c.R && e == cudaSuccess; ++d) e = cudaMemset(sym[d], 0xFF, sym_bytes);
+    }
+    if (e == cudaSuccess)
+      e = cudaLaunchCooperativeKernel((const void*)k_route_chunked, dim3(grid), dim3(MM_GEMM_THREADS), args, 0, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     unsigned bf = 0;
     if (e == cudaSuccess) e = cudaMemcpy(&bf, barrier_failed, 4, cudaMemcpyDeviceToHost);

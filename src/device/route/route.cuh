@@ -204,9 +204,9 @@ MM_DEVICE void mm_route_publish_expert_scanned(const mm_layer_view& L, const mm_
 #define MM_ROUTE_CHUNKED 1 /* 0: the per-expert scans at every size (the A/B's baseline) */
 #endif
 
-/* Ints of shared scratch the chunked phases use beyond the 64 that
- * mm_block_exclusive_scan may take: the histogram, then the totals, the
- * bases and the totals' prefix. */
+/* Ints of shared scratch the routing phases use: 64 (mm_block_exclusive_scan
+ * takes 32), then the chunked phases' histogram, later their totals, bases
+ * and the totals' prefix. */
 #define MM_ROUTE_CHUNK_SCRATCH_INTS (64 + 3 * MM_ROUTE_CHUNK_MAX_EXPERTS)
 
 MM_DEVICE bool mm_route_chunked(int num_experts) {
@@ -271,6 +271,9 @@ MM_DEVICE void mm_route_chunk_publish(const mm_layer_view& L, const mm_forward_v
   int* const prefix = scratch + 2 * E; /* [E] exclusive prefix of `total` over all experts */
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int ctas = gridDim.x, me = blockIdx.x;
+  /* One answer for the CTA (warp 0's full-mask collectives below need it
+   * uniform; the caller's read of the status record is per thread). */
+  failed = __syncthreads_or(failed) != 0;
   /* Each warp sums its experts' rows of the table: 32 lanes x up to
    * MM_ROUTE_CHUNK_MAX_GRID / 32 CTAs each, the loads issued together. */
   for (int e = warp; e < E; e += warps) {

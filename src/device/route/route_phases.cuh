@@ -189,6 +189,9 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
     mm_pool_layout_cta_cap(L, scratch, h.capacity, h.capacity_site);
     if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_LAYOUT);
   }
+  /* The scratch is the pipeline's stage memory, which TMA (the async proxy)
+   * writes next: this thread's ordinary accesses to it come first. */
+  mm_fence_proxy_async_smem();
   if (!mm_grid_barrier(gb, gctx)) return false;
   if (threadIdx.x == 0) mm_tl_stamp(L, MM_TL_LAID_OUT);
   return true;
