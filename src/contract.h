@@ -9,14 +9,6 @@
 extern "C" {
 #endif
 
-/* The persistent arms' chunked routing (route.cuh): each CTA of the grid
- * counts and publishes one contiguous chunk of the T * K slots, with a count
- * per (expert, CTA) in the workspace. Used where E and the grid fit these
- * bounds (the region is sized for them); otherwise one CTA per expert scans
- * every slot. */
-#define MM_ROUTE_CHUNK_MAX_EXPERTS 256
-#define MM_ROUTE_CHUNK_MAX_GRID 256
-
 /* Each expert's rows in the expert-major pool start at a multiple of this, so
  * no GEMM m-tile (64 or 128 rows) ever spans two experts. */
 #define MM_POOL_ROW_ALIGN 128
@@ -81,8 +73,6 @@ typedef enum mm_region_id {
                             (its order's dynamic_claim) */
   MM_WS_TASK_LIST,       /* fused arm: [mm_fused_task_list_entries] u64 this forward's stream, packed, decoded
                           * by the whole grid for the producers' dynamic claim (fused.h) */
-  MM_WS_ROUTE_CTA_COUNTS, /* persistent arms, E <= MM_ROUTE_CHUNK_MAX_EXPERTS: [E][MM_ROUTE_CHUNK_MAX_GRID] i32
-                           * slots of each CTA's chunk per expert (route.cuh, the chunked routing) */
   MM_REGION_COUNT
 } mm_region_id;
 

@@ -87,7 +87,6 @@ static const char* const region_names[MM_REGION_COUNT] = {
     [MM_WS_BLOCK_COUNTERS] = "block_counters",
     [MM_WS_TILE_COUNTERS] = "tile_counters",
     [MM_WS_TASK_LIST] = "task_list",
-    [MM_WS_ROUTE_CTA_COUNTS] = "route_cta_counts",
 };
 
 megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layout* out) {
@@ -151,8 +150,6 @@ megamoe_status mm_layout_compute(const megamoe_config* c, int num_ranks, mm_layo
   bytes[MM_WS_TILE_COUNTERS] = c->arm != MEGAMOE_ARM_STAGED ? MM_TILE_COUNTERS * 4 : 0;
   bytes[MM_WS_TASK_LIST] =
       fused ? mul(&s, (uint64_t)mm_fused_task_list_entries(ring.virtual_blocks, c->hidden, c->intermediate), 8) : 0;
-  bytes[MM_WS_ROUTE_CTA_COUNTS] =
-      !staged && E <= MM_ROUTE_CHUNK_MAX_EXPERTS ? mul(&s, mul(&s, E, MM_ROUTE_CHUNK_MAX_GRID), 4) : 0;
 
   memset(out, 0, sizeof *out);
   out->num_ranks = num_ranks;

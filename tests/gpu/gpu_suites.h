@@ -30,11 +30,6 @@ extern const mm_test mm_gemm_gpu_tests[];
  * proxy fence), their deadlines, and controls that plant each bug. */
 extern const mm_test mm_comm_gpu_tests[];
 
-/* tests/gpu/test_route.cu: the persistent arms' chunked routing (counts and
- * lists against the host's order) and a control that plants a missing grid
- * barrier. */
-extern const mm_test mm_route_gpu_tests[];
-
 /* tests/gpu/test_fused.cu: the fused arm's task stream (src/fused.h) decoded
  * on the device, compared with the host's. */
 extern const mm_test mm_fused_gpu_tests[];

@@ -177,7 +177,6 @@ static int count_all(const char* filter) {
   }
   for (const mm_test* t = mm_gemm_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
   for (const mm_test* t = mm_comm_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
-  for (const mm_test* t = mm_route_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
   for (const mm_test* t = mm_fused_gpu_tests; t->name; ++t) n += name_matches(filter, t->name);
   /* Layer tests in 4 variants, error and fuzz tests in 3, the ring tests in 1, at 2 rank counts (as main
    * runs them without a GPU count). */
@@ -209,8 +208,7 @@ static int variant_chosen(const variant_choice* c, const char* engine, const cha
 }
 
 static void list_tests(void) {
-  const mm_test* const singles[] = {mm_gemm_gpu_tests, mm_comm_gpu_tests, mm_route_gpu_tests, mm_fused_gpu_tests,
-                                    mm_sanitize_controls};
+  const mm_test* const singles[] = {mm_gemm_gpu_tests, mm_comm_gpu_tests, mm_fused_gpu_tests, mm_sanitize_controls};
   const mm_rank_test* const ranked[] = {mm_layer_tests, mm_error_tests, mm_fuzz_tests, mm_ring_tests};
   for (size_t i = 0; i < sizeof singles / sizeof singles[0]; ++i)
     for (const mm_test* t = singles[i]; t->name; ++t) printf("%s\n", t->name);
@@ -265,8 +263,6 @@ int main(int argc, char** argv) {
   run_suite(&gemm, 1, &counts);
   suite_run comm = {"comm", mm_comm_gpu_tests, NULL, filter, seed, -1};
   run_suite(&comm, 1, &counts);
-  suite_run route = {"route", mm_route_gpu_tests, NULL, filter, seed, -1};
-  run_suite(&route, 1, &counts);
   suite_run fused = {"fused", mm_fused_gpu_tests, NULL, filter, seed, -1};
   run_suite(&fused, 1, &counts);
 

@@ -159,10 +159,7 @@ const mm_test unit_suite_config[] = {
 /* ---- layout --------------------------------------------------------------- */
 
 /* Regions the arm does not use (0 bytes); every other region must be sized. */
-static int region_unused(mm_region_id id, const megamoe_config* c) {
-  const megamoe_arm arm = c->arm;
-  if (id == MM_WS_ROUTE_CTA_COUNTS) /* the persistent arms' chunked routing, where E fits its table */
-    return arm == MEGAMOE_ARM_STAGED || c->num_experts > MM_ROUTE_CHUNK_MAX_EXPERTS;
+static int region_unused(mm_region_id id, megamoe_arm arm) {
   if (id == MM_WS_L1_ACC || id == MM_WS_L2_OUT) return arm != MEGAMOE_ARM_STAGED; /* staged only */
   if (id == MM_WS_READY) return arm != MEGAMOE_ARM_SPLIT;                  /* split only */
   if (id == MM_WS_TILE_COUNTERS || id == MM_SYM_COMBINE_ARRIVED || id == MM_SYM_COMBINE_ORDER)
@@ -204,9 +201,6 @@ static mm_test_result check_layout(const megamoe_config* c, int ranks) {
     CHECK_EQ_INT(l.ring.blocks, 0);
   }
 
-  /* The chunked routing's table: E x MM_ROUTE_CHUNK_MAX_GRID counts. */
-  if (!region_unused(MM_WS_ROUTE_CTA_COUNTS, c))
-    CHECK_EQ_INT(l.regions[MM_WS_ROUTE_CTA_COUNTS].bytes, (uint64_t)c->num_experts * MM_ROUTE_CHUNK_MAX_GRID * 4);
   /* One early-combine arrival counter per (token, 512-column unit). */
   if (c->arm != MEGAMOE_ARM_STAGED)
     CHECK_EQ_INT(l.regions[MM_SYM_COMBINE_ARRIVED].bytes,
@@ -221,7 +215,7 @@ static mm_test_result check_layout(const megamoe_config* c, int ranks) {
               (unsigned long long)r->align);
     CHECK_MSG(r->offset % r->align == 0, "%s offset %llu", r->name, (unsigned long long)r->offset);
     CHECK_MSG(r->offset + r->bytes <= totals[r->space], "%s ends past its space", r->name);
-    CHECK_MSG((r->bytes == 0) == region_unused((mm_region_id)id, c), "%s has %llu bytes (arm %s)", r->name,
+    CHECK_MSG((r->bytes == 0) == region_unused((mm_region_id)id, c->arm), "%s has %llu bytes (arm %s)", r->name,
               (unsigned long long)r->bytes, megamoe_arm_name(c->arm));
     for (int other = 0; other < id; ++other) {
       const mm_region* o = &l.regions[other];

@@ -777,7 +777,6 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     h.capacity_site = MM_SITE_RING;
     h.has_call = 1;
     h.call = mm_call_tokens{F.num_tokens, bound};
-    static_assert(P::kStage >= 4 * MM_ROUTE_CHUNK_SCRATCH_INTS, "the routing's scratch: one stage");
     if (!mm_route_phases(L, F, h, reinterpret_cast<int*>(sm.a_ptr))) {
       mm_forward_end(L); /* every CTA once, whatever happened */
       return;

@@ -2,9 +2,7 @@
  * kernel): every CTA of a cooperative grid of one CTA per SM runs
  *
  *   A  start the forward (CTA 0); validate the top-k ids and count this
- *      rank's slots per expert (each CTA a chunk of the slots, or where E
- *      is too large for the chunk table each CTA an expert: route.cuh);
- *      clear the arm's counters; stage the caller's x
+ *      rank's slots per expert (CTA-strided); clear the arm's counters
  *                                                                grid barrier
  *   B  publish each expert's routed list to its rank; the fused arm's CTA 0
  *      also writes (T, bound) of this call into slot `rank` of every rank's
@@ -74,11 +72,29 @@ MM_DEVICE void mm_fused_judge_bound(const mm_layer_view& L, mm_device_status* st
 /* Phase A's copy of n bytes from src to dst over every thread of the grid:
  * 16 bytes at a time where both ends allow it (the staging region always
  * does; x has no alignment requirement). */
+/* 16-byte loads each thread issues before its first store
+ * (-DMM_ROUTE_COPY_BATCH=N, off at 1): phase A is bound by this copy, 39 us
+ * for 8192 x 4096 bytes on an H100 (~1.9 TB/s read + write; docs/PERF.md,
+ * thirty-fifth session). An option until a GPU A/B keeps it. */
+#ifndef MM_ROUTE_COPY_BATCH
+#define MM_ROUTE_COPY_BATCH 1
+#endif
+
 MM_DEVICE void mm_grid_copy_bytes(uint8_t* dst, const uint8_t* src, int64_t n) {
   const int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
   if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
     const int64_t vecs = n / 16;
-    for (int64_t i = i0; i < vecs; i += stride)
+    int64_t i = i0;
+    if (MM_ROUTE_COPY_BATCH > 1) {
+      for (; i + (MM_ROUTE_COPY_BATCH - 1) * stride < vecs; i += MM_ROUTE_COPY_BATCH * stride) {
+        uint4 v[MM_ROUTE_COPY_BATCH];
+#pragma unroll
+        for (int b = 0; b < MM_ROUTE_COPY_BATCH; ++b) v[b] = __ldg(reinterpret_cast<const uint4*>(src) + i + b * stride);
+#pragma unroll
+        for (int b = 0; b < MM_ROUTE_COPY_BATCH; ++b) reinterpret_cast<uint4*>(dst)[i + b * stride] = v[b];
+      }
+    }
+    for (; i < vecs; i += stride)
       reinterpret_cast<uint4*>(dst)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
     for (int64_t i = vecs * 16 + i0; i < n; i += stride) dst[i] = src[i];
   } else {
@@ -98,9 +114,8 @@ MM_DEVICE void mm_route_publish_call(const mm_layer_view& L, const mm_forward_vi
 }
 
 /* Phases A-C, all threads of every CTA. False when a grid barrier gave up
- * (deadline): the caller skips to the end of the forward. scratch:
- * MM_ROUTE_CHUNK_SCRATCH_INTS ints of shared memory (the kernels pass their
- * pipeline stages, unused until the roles start). */
+ * (deadline): the caller skips to the end of the forward. scratch: >= 33
+ * ints of shared memory. */
 MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F, const mm_route_hooks& h,
                                int* scratch) {
   mm_device_status* st = mm_status(L);
@@ -128,17 +143,11 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
    * the host's injected error, a dead layer, or a bad index (which every
    * CTA's scan sees, and the validation above records). */
   const bool one_scan = mm_route_one_scan(F, L.top_k);
-  /* Above decode sizes: every CTA counts a chunk of the slots where E fits
-   * the chunk table (route.cuh), else one CTA per expert scans them all. */
-  const bool chunked = !one_scan && mm_route_chunked(L.num_experts);
-  int32_t* const cta_counts = mm_ws<int32_t>(L, MM_WS_ROUTE_CTA_COUNTS);
   if (one_scan) {
     const bool failed = F.injected_error != 0 || mm_dead(st);
     for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x)
       mm_route_publish_expert_scanned(L, F, e, failed, scratch);
     mm_route_publish_call(L, F, h);
-  } else if (chunked) {
-    mm_route_chunk_count(F, L.top_k, L.num_experts, cta_counts, scratch + 64);
   } else {
     for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_count_expert(L, F, e, scratch);
   }
@@ -166,10 +175,7 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
     /* B: publish (every CTA sees the same `failed`: the errors of phase A
      * precede the grid barrier). */
     const bool failed = mm_failed(st);
-    if (chunked)
-      mm_route_chunk_publish(L, F, cta_counts, failed, scratch + 64);
-    else
-      for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_publish_expert(L, F, e, failed, scratch);
+    for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_publish_expert(L, F, e, failed, scratch);
     mm_route_publish_call(L, F, h);
     if (!mm_grid_barrier(gb, gctx)) return false;
   }
