@@ -69,17 +69,17 @@ MM_DEVICE void mm_fused_judge_bound(const mm_layer_view& L, mm_device_status* st
                     (uint64_t)v.bound);
 }
 
-/* Phase A's copy of n bytes from src to dst over every thread of the grid:
- * 16 bytes at a time where both ends allow it (the staging region always
- * does; x has no alignment requirement). */
-/* 16-byte loads each thread issues before its first store
- * (-DMM_ROUTE_COPY_BATCH=N, off at 1): phase A is bound by this copy, 39 us
- * for 8192 x 4096 bytes on an H100 (~1.9 TB/s read + write; docs/PERF.md,
- * thirty-fifth session). An option until a GPU A/B keeps it. */
+/* 16-byte loads each thread of phase A's copy issues before its first
+ * store (-DMM_ROUTE_COPY_BATCH=N, off at 1): phase A is bound by the copy,
+ * 39 us for 8192 x 4096 bytes on an H100 (~1.9 TB/s read + write;
+ * docs/PERF.md, thirty-fifth session). An option until a GPU A/B keeps it. */
 #ifndef MM_ROUTE_COPY_BATCH
 #define MM_ROUTE_COPY_BATCH 1
 #endif
 
+/* Phase A's copy of n bytes from src to dst over every thread of the grid:
+ * 16 bytes at a time where both ends allow it (the staging region always
+ * does; x has no alignment requirement). */
 MM_DEVICE void mm_grid_copy_bytes(uint8_t* dst, const uint8_t* src, int64_t n) {
   const int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
   if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
@@ -96,7 +96,7 @@ MM_DEVICE void mm_grid_copy_bytes(uint8_t* dst, const uint8_t* src, int64_t n) {
     }
     for (; i < vecs; i += stride)
       reinterpret_cast<uint4*>(dst)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
-    for (int64_t i = vecs * 16 + i0; i < n; i += stride) dst[i] = src[i];
+    for (int64_t j = vecs * 16 + i0; j < n; j += stride) dst[j] = src[j];
   } else {
     for (int64_t i = i0; i < n; i += stride) dst[i] = src[i];
   }
