@@ -718,7 +718,13 @@ static mm_test_result t_call_order(void) {
   return MM_TEST_PASS;
 }
 
-/* mm_fused_task_at walks the stream of the model, task by task. */
+static int task_same(const mm_fused_task* a, const mm_fused_task* b) {
+  return a->gemm == b->gemm && a->expert == b->expert && a->unit == b->unit && a->m == b->m && a->n == b->n &&
+         a->row0 == b->row0 && a->rows == b->rows && a->block0 == b->block0;
+}
+
+/* mm_fused_task_at and the phase table's decode (mm_fused_task_by_table)
+ * walk the stream of the model, task by task. */
 static mm_test_result t_stream_decode(void) {
   mm_rng g = unit_rng(0x5eed);
   int32_t rows[64];
@@ -743,28 +749,39 @@ static mm_test_result t_stream_decode(void) {
     const int64_t n = model_enumerate(&t.s, want, t.s.tasks + 1);
     int ok = n == t.s.tasks;
     int64_t bad = -1;
+    /* The kernel's phase table, its entries filled in a shuffled order (a
+     * CTA fills them one per thread), inside its byte count, over poison. */
+    const int64_t table_bytes = mm_fused_phase_table_bytes(&t.s);
+    CHECK_MSG(table_bytes > 0, "case %d: no phase table for %lld tasks", i, (long long)t.s.tasks);
+    int32_t* table = (int32_t*)malloc((size_t)table_bytes + 64);
+    memset(table, 0x5a, (size_t)table_bytes + 64);
+    const int64_t first = (int64_t)mm_rng_below(&g, (uint64_t)t.s.phases + 1), step = 1 + 2 * (int64_t)t.s.phases;
+    for (int64_t q = 0; q <= t.s.phases; ++q) /* gcd(2 phases + 1, phases + 1) = 1: every j once */
+      mm_fused_phase_table_fill(&t.s, (first + q * step) % (t.s.phases + 1), table);
+    for (int64_t j = 0; ok && j <= t.s.phases; ++j)
+      if (table[j] != mm_fused_phase_start(&t.s, j)) ok = 0, bad = -2 - j;
+    for (int b = 0; b < 64; ++b)
+      if (((const unsigned char*)table)[table_bytes + b] != 0x5a) ok = 0, bad = -1000000 - b;
     for (int64_t k = 0; ok && k < n; ++k) {
-      mm_fused_task got;
+      mm_fused_task got, by_table;
       mm_fused_task_at(&t.s, k, &got);
+      mm_fused_task_by_table(&t.s, table, k, &by_table);
       const mm_fused_task* w = &want[k];
-      if (got.gemm != w->gemm || got.expert != w->expert || got.unit != w->unit || got.m != w->m || got.n != w->n ||
-          got.row0 != w->row0 || got.rows != w->rows || got.block0 != w->block0)
-        ok = 0, bad = k;
+      if (!task_same(&got, w) || !task_same(&by_table, w)) ok = 0, bad = k;
       /* The 8-byte form the kernel's producer reads back gives the same task. */
       mm_fused_task back;
       memset(&back, 0xff, sizeof back);
       const uint64_t packed = mm_fused_task_pack(&got);
       if (packed == MM_FUSED_TASK_UNPACKED) ok = 0, bad = k;
       else mm_fused_task_unpack(&t.s, packed, &back);
-      if (back.gemm != w->gemm || back.expert != w->expert || back.unit != w->unit || back.m != w->m ||
-          back.n != w->n || back.row0 != w->row0 || back.rows != w->rows || back.block0 != w->block0)
-        ok = 0, bad = k;
+      if (!task_same(&back, w)) ok = 0, bad = k;
     }
+    free(table);
     free(want);
     stream_free(&t);
     CHECK_MSG(ok, "case %d (E_l %d, lag %d, group %d, single %d): %lld tasks decoded, the model has %lld; first "
-              "difference at %lld", i, El, o.lag, o.group, o.single_wave, (long long)t.s.tasks, (long long)n,
-              (long long)bad);
+              "difference at %lld (-2 - j: phase j's table start; below -999999: past the table)", i, El, o.lag,
+              o.group, o.single_wave, (long long)t.s.tasks, (long long)n, (long long)bad);
     checked += n;
   }
   /* Fields beyond the packed widths are left to decode again. */
@@ -776,7 +793,8 @@ static mm_test_result t_stream_decode(void) {
   CHECK(mm_fused_task_pack(&big) == MM_FUSED_TASK_UNPACKED);
   big.expert = 3;
   CHECK(mm_fused_task_pack(&big) != MM_FUSED_TASK_UNPACKED);
-  printf("    %lld tasks decoded as the model orders them, each the same through its 8-byte form\n", (long long)checked);
+  printf("    %lld tasks decoded as the model orders them, by search and by phase table, each the same through its "
+         "8-byte form\n", (long long)checked);
   return MM_TEST_PASS;
 }
 
