@@ -109,6 +109,7 @@ static_assert(MM_FUSED_PRODUCER_REGS % 8 == 0 && MM_FUSED_MATH_REGS % 8 == 0 &&
 #ifndef MM_FUSED_PHASE_TABLE
 #define MM_FUSED_PHASE_TABLE 0
 #endif
+#define MM_FUSED_BAR_DECODE 1 /* named barrier of the warps that fill the phase table and decode (setup only) */
 /* A tile shape of the fused kernel: the engine's config with one stage size
  * for both shapes (kStage bytes, A at the stage's start, B right after the
  * tile's A) and the A scales at a stride of the larger tile's, and A loaded
@@ -828,14 +829,22 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     /* With MM_FUSED_PHASE_TABLE, the stream's phase table first (one entry
      * per thread, in the stage memory: free until the producer's first TMA
      * load, which the proxy fence and the CTA barrier below order after
-     * these accesses), then each decode searches it. CTA-uniform: s is the
-     * CTA's. */
+     * these accesses), then each decode searches it. Only the warps that
+     * fill or decode meet on the named barrier; the others go on to the
+     * prologue. CTA-uniform: s is the CTA's. */
     int32_t* phase_table = reinterpret_cast<int32_t*>(sm.a_ptr);
     const int64_t table_bytes = mm_fused_phase_table_bytes(s);
-    const bool by_table = MM_FUSED_PHASE_TABLE && table_bytes > 0 && table_bytes <= (int64_t)(lay.off_sf - lay.off_a);
+    const int64_t cta_decodes = /* the k below with t < decoded_n */
+        decoded_n > blockIdx.x ? min(ahead, (decoded_n - blockIdx.x + gridDim.x - 1) / gridDim.x) : 0;
+    const bool by_table = MM_FUSED_PHASE_TABLE && cta_decodes > 0 && table_bytes > 0 &&
+                          table_bytes <= (int64_t)(lay.off_sf - lay.off_a);
     if (by_table) {
-      for (int64_t j = tid; j <= s->phases; j += MM_GEMM_THREADS) mm_fused_phase_table_fill(s, j, phase_table);
-      __syncthreads();
+      const int64_t users = max(cta_decodes, s->phases + 1);
+      const int threads = users < MM_GEMM_THREADS ? (int)(users + 31) / 32 * 32 : MM_GEMM_THREADS;
+      if (tid < threads) { /* whole warps */
+        for (int64_t j = tid; j <= s->phases; j += threads) mm_fused_phase_table_fill(s, j, phase_table);
+        mm_named_barrier_sync(MM_FUSED_BAR_DECODE, (uint32_t)threads);
+      }
     }
     for (int64_t k = tid; k < ahead; k += MM_GEMM_THREADS) {
       const int64_t t = blockIdx.x + k * gridDim.x;
