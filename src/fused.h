@@ -120,8 +120,8 @@ MM_HOST_DEVICE void mm_fused_phase_units(const mm_fused_order* o, int gemm, int6
       *lo = j == 0 ? 0 : units;
       *hi = units;
     } else { /* every L2 in phase 1 */
-      *lo = 0;
-      *hi = j == 1 ? units : 0;
+      *lo = j <= 1 ? 0 : units;
+      *hi = j == 0 ? 0 : units;
     }
     return;
   }

@@ -754,12 +754,19 @@ static mm_test_result t_stream_decode(void) {
     const int64_t table_bytes = mm_fused_phase_table_bytes(&t.s);
     CHECK_MSG(table_bytes > 0, "case %d: no phase table for %lld tasks", i, (long long)t.s.tasks);
     int32_t* table = (int32_t*)malloc((size_t)table_bytes + 64);
+    int64_t* order = (int64_t*)malloc(sizeof(int64_t) * (size_t)(t.s.phases + 1));
     memset(table, 0x5a, (size_t)table_bytes + 64);
-    const int64_t first = (int64_t)mm_rng_below(&g, (uint64_t)t.s.phases + 1), step = 1 + 2 * (int64_t)t.s.phases;
-    for (int64_t q = 0; q <= t.s.phases; ++q) /* gcd(2 phases + 1, phases + 1) = 1: every j once */
-      mm_fused_phase_table_fill(&t.s, (first + q * step) % (t.s.phases + 1), table);
+    for (int64_t j = 0; j <= t.s.phases; ++j) order[j] = j;
+    for (int64_t j = t.s.phases; j > 0; --j) { /* Fisher-Yates */
+      const int64_t q = (int64_t)mm_rng_below(&g, (uint64_t)j + 1), v = order[j];
+      order[j] = order[q], order[q] = v;
+    }
+    for (int64_t q = 0; q <= t.s.phases; ++q) mm_fused_phase_table_fill(&t.s, order[q], table);
+    free(order);
+    /* Every start is mm_fused_phase_start's, and the last one (j = phases)
+     * the task count, in either order. */
     for (int64_t j = 0; ok && j <= t.s.phases; ++j)
-      if (table[j] != mm_fused_phase_start(&t.s, j)) ok = 0, bad = -2 - j;
+      if (table[j] != mm_fused_phase_start(&t.s, j) || (j == t.s.phases && table[j] != t.s.tasks)) ok = 0, bad = -2 - j;
     for (int b = 0; b < 64; ++b)
       if (((const unsigned char*)table)[table_bytes + b] != 0x5a) ok = 0, bad = -1000000 - b;
     for (int64_t k = 0; ok && k < n; ++k) {
@@ -783,6 +790,22 @@ static mm_test_result t_stream_decode(void) {
               "difference at %lld (-2 - j: phase j's table start; below -999999: past the table)", i, El, o.lag,
               o.group, o.single_wave, (long long)t.s.tasks, (long long)n, (long long)bad);
     checked += n;
+  }
+  /* No table for a stream of 2^31 tasks or more (its starts are int32):
+   * one expert of 2^24 rows at 64-row tiles (2^18 m-tiles per GEMM) and
+   * 2^13 + 2^12 n-tiles has 3 x 2^30 tasks (only its sums are made). */
+  {
+    int32_t big_rows[1] = {1 << 24};
+    mm_fused_order o = {1, 8, 4, 1000, 0};
+    test_stream t;
+    stream_make(&t, o, 1, big_rows, 64, 64, 1 << 13, 1 << 12);
+    CHECK_MSG(t.s.tasks >= ((int64_t)1 << 31) && mm_fused_phase_table_bytes(&t.s) == 0,
+              "%lld tasks: a table of %lld bytes", (long long)t.s.tasks, (long long)mm_fused_phase_table_bytes(&t.s));
+    stream_free(&t);
+    stream_make(&t, o, 1, big_rows, 64, 64, 1 << 4, 1 << 4);
+    CHECK_MSG(t.s.tasks < ((int64_t)1 << 31) && mm_fused_phase_table_bytes(&t.s) > 0, "%lld tasks: no table",
+              (long long)t.s.tasks);
+    stream_free(&t);
   }
   /* Fields beyond the packed widths are left to decode again. */
   mm_fused_task big = {1, 3, 0, 1 << 26, 0, 0, 1, 0};
