@@ -786,6 +786,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     h.capacity_site = MM_SITE_RING;
     h.has_call = 1;
     h.call = mm_call_tokens{F.num_tokens, bound};
+    static_assert(T1::kStageA >= (64 + MM_ROUTE_KEEP_MAX) * 4, "the routing's scratch: stage 0 of A");
     if (!mm_route_phases(L, F, h, reinterpret_cast<int*>(sm.a_ptr))) {
       mm_forward_end(L); /* every CTA once, whatever happened */
       return;

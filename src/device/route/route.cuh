@@ -37,8 +37,13 @@ MM_DEVICE void mm_warp_chunk(int64_t n, int warp, int warps, int64_t* lo, int64_
 
 /* Slots are read MM_ROUTE_BATCH 32-slot steps at a time, every load of a batch
  * issued before the first is used: a warp's scan is latency-bound, not
- * bandwidth-bound (one CTA reads the T*K ids of its expert from L2). */
+ * bandwidth-bound (one CTA reads the T*K ids of its expert from L2). 16 by
+ * default; -DMM_ROUTE_BATCH=32 (an option until measured) halves a scan's
+ * round trips and takes the one-scan path (mm_route_one_scan) up to 12288
+ * slots with 12 warps: 2048 tokens at top-6. */
+#ifndef MM_ROUTE_BATCH
 #define MM_ROUTE_BATCH 16
+#endif
 
 /* The expert ids of the batch of steps at `step0` ([.., hi); -1 past hi). */
 MM_DEVICE void mm_route_load_batch(const mm_forward_view& F, int64_t step0, int64_t hi,
@@ -75,12 +80,16 @@ MM_DEVICE void mm_route_validate(const mm_layer_view& L, const mm_forward_view& 
 
 /* The calling CTA counts the slots routed to global expert e and writes the
  * count to MM_WS_EXPERT_TOKENS[e]. All threads; scratch: 32 ints of shared
- * memory. */
-MM_DEVICE void mm_route_count_expert(const mm_layer_view& L, const mm_forward_view& F, int e, int* scratch) {
+ * memory. keep (or NULL): each warp's count of its chunk, at keep[warp], for
+ * the same CTA's mm_route_publish_expert of e (the persistent arms' phase B,
+ * after a grid barrier: shared memory outlives it). */
+MM_DEVICE void mm_route_count_expert(const mm_layer_view& L, const mm_forward_view& F, int e, int* scratch,
+                                     int* keep = nullptr) {
   const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   int64_t lo, hi;
   mm_warp_chunk((int64_t)F.num_tokens * L.top_k, warp, warps, &lo, &hi);
   const int count = mm_route_warp_count(F, lo, hi, e);
+  if (keep && (threadIdx.x & 31) == 0) keep[warp] = count;
   int total;
   mm_block_exclusive_scan((threadIdx.x & 31) == 0 ? count : 0, scratch, &total);
   if (threadIdx.x == 0) mm_ws<int32_t>(L, MM_WS_EXPERT_TOKENS)[e] = total;
@@ -133,9 +142,11 @@ MM_DEVICE void mm_route_publish_at(const mm_layer_view& L, const mm_forward_view
 }
 
 /* Expert e published from the counts of the count pass (MM_WS_EXPERT_TOKENS,
- * written by every CTA before a grid barrier or kernel boundary). */
+ * written by every CTA before a grid barrier or kernel boundary). kept (or
+ * NULL): this CTA's per-warp counts of e from that pass (its keep), read
+ * instead of scanning the warp's chunk a second time. */
 MM_DEVICE void mm_route_publish_expert(const mm_layer_view& L, const mm_forward_view& F, int e, bool failed,
-                                       int* scratch) {
+                                       int* scratch, const int* kept = nullptr) {
   const int dest = e / L.local_experts;
   const int32_t* counts = mm_ws<int32_t>(L, MM_WS_EXPERT_TOKENS);
   /* base: the slots of dest's local experts before e (all threads add). */
@@ -145,7 +156,8 @@ MM_DEVICE void mm_route_publish_expert(const mm_layer_view& L, const mm_forward_
   mm_block_exclusive_scan(before, scratch, &base);
   int64_t lo, hi;
   mm_warp_chunk((int64_t)F.num_tokens * L.top_k, threadIdx.x >> 5, blockDim.x >> 5, &lo, &hi);
-  mm_route_publish_at(L, F, e, base, mm_route_warp_count(F, lo, hi, e), failed, scratch);
+  const int warp_count = kept ? kept[threadIdx.x >> 5] : mm_route_warp_count(F, lo, hi, e);
+  mm_route_publish_at(L, F, e, base, warp_count, failed, scratch);
 }
 
 /* Whether one CTA reads all T*K slots in one batch per warp (a single round

@@ -77,6 +77,19 @@ MM_DEVICE void mm_fused_judge_bound(const mm_layer_view& L, mm_device_status* st
 #define MM_ROUTE_COPY_BATCH 1
 #endif
 
+/* 1: phase B takes each warp's count of its chunk from phase A (the same
+ * CTA counted the same expert over the same chunks, and shared memory
+ * outlives the grid barrier) instead of scanning the chunk again before
+ * writing its entries: one scan of the T*K slots less per expert (phase B
+ * takes 26 us at 8192 tokens, 10.6 at 2048: two scans, the entries' stores,
+ * a grid barrier; docs/PERF.md, thirty-fifth session). An option until a
+ * GPU A/B keeps it. The counts live in the scratch past the scans' 32 ints (at 64):
+ * experts per CTA x warps <= MM_ROUTE_KEEP_MAX, else phase B scans again. */
+#ifndef MM_ROUTE_KEEP_COUNTS
+#define MM_ROUTE_KEEP_COUNTS 0
+#endif
+#define MM_ROUTE_KEEP_MAX 1024
+
 /* Phase A's copy of n bytes from src to dst over every thread of the grid:
  * 16 bytes at a time where both ends allow it (the staging region always
  * does; x has no alignment requirement). */
@@ -115,7 +128,8 @@ MM_DEVICE void mm_route_publish_call(const mm_layer_view& L, const mm_forward_vi
 
 /* Phases A-C, all threads of every CTA. False when a grid barrier gave up
  * (deadline): the caller skips to the end of the forward. scratch: >= 33
- * ints of shared memory. */
+ * ints of shared memory (64 + MM_ROUTE_KEEP_MAX with MM_ROUTE_KEEP_COUNTS;
+ * both callers pass their pipeline's stage memory, tens of KB). */
 MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F, const mm_route_hooks& h,
                                int* scratch) {
   mm_device_status* st = mm_status(L);
@@ -148,8 +162,15 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
     for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x)
       mm_route_publish_expert_scanned(L, F, e, failed, scratch);
     mm_route_publish_call(L, F, h);
-  } else {
-    for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_count_expert(L, F, e, scratch);
+  }
+  /* This CTA's warp counts for phase B (MM_ROUTE_KEEP_COUNTS; CTA-uniform). */
+  const int warps = nthreads >> 5;
+  int* keep = MM_ROUTE_KEEP_COUNTS && (L.num_experts + (int)gridDim.x - 1) / (int)gridDim.x * warps <= MM_ROUTE_KEEP_MAX
+                  ? scratch + 64
+                  : nullptr;
+  if (!one_scan) {
+    for (int e = blockIdx.x, k = 0; e < L.num_experts; e += gridDim.x, ++k)
+      mm_route_count_expert(L, F, e, scratch, keep ? keep + k * warps : nullptr);
   }
   for (int i = blockIdx.x * nthreads + threadIdx.x; i < h.clear_count; i += gridDim.x * nthreads) h.clear[i] = 0;
   /* The early combine's arrival counters of this call's tokens: the expert
@@ -175,7 +196,8 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
     /* B: publish (every CTA sees the same `failed`: the errors of phase A
      * precede the grid barrier). */
     const bool failed = mm_failed(st);
-    for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x) mm_route_publish_expert(L, F, e, failed, scratch);
+    for (int e = blockIdx.x, k = 0; e < L.num_experts; e += gridDim.x, ++k)
+      mm_route_publish_expert(L, F, e, failed, scratch, keep ? keep + k * warps : nullptr);
     mm_route_publish_call(L, F, h);
     if (!mm_grid_barrier(gb, gctx)) return false;
   }

@@ -54,6 +54,7 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int warp = (int)mm_warp_uniform((uint32_t)(tid >> 5)); /* the role branches below: warp-uniform */
   const int lane = tid & 31;
   mm_programmatic_launch_prologue(); /* before any global memory access (megamoe_set_programmatic_launch) */
+  static_assert(Cfg::kStageA >= (64 + MM_ROUTE_KEEP_MAX) * 4, "the routing's scratch: stage 0 of A");
   if (!mm_split_route(L, F, reinterpret_cast<int*>(sm.a_ptr))) return;
 
   mm_sched_grouped sched;
