@@ -328,6 +328,9 @@ MM_HOST_DEVICE void mm_fused_task_at(const mm_fused_stream* s, int64_t t, mm_fus
   int64_t lo1, hi1, lo2, hi2;
   mm_fused_phase_units(&s->order, 0, lo, s->units, &lo1, &hi1);
   mm_fused_phase_units(&s->order, 1, lo, s->units, &lo2, &hi2);
+  /* mm_fused_task_in_phase written out: the L2 part's bounds are searched
+   * only on its branch (calling it changes the producer's SASS; not
+   * measured). */
   const int64_t off = t - mm_fused_phase_start(s, lo);
   const int64_t m1_lo = mm_fused_m_before(s, 0, lo1), m1_hi = mm_fused_m_before(s, 0, hi1);
   const int64_t count1 = (m1_hi - m1_lo) * s->tiles_n[0];
@@ -351,9 +354,10 @@ typedef struct mm_fused_phase_parts {
   int32_t m1_lo, m1_hi, m2_lo, m2_hi; /* the m-tiles of the phase's L1 part and of its L2 part */
 } mm_fused_phase_parts;
 
-/* Bytes of the table of stream s: phases + 1 starts, then phases parts
- * (16-byte aligned); 0 when s has no table (2^31 tasks or more). */
+/* The table of stream s: phases + 1 int32 starts, then from this word (a
+ * multiple of 4: 16-byte aligned) its phases parts. */
 MM_HOST_DEVICE int64_t mm_fused_phase_table_parts_word(const mm_fused_stream* s) { return (s->phases + 4) / 4 * 4; }
+/* Its bytes; 0 when s has no table (2^31 tasks or more). */
 MM_HOST_DEVICE int64_t mm_fused_phase_table_bytes(const mm_fused_stream* s) {
   if (s->tasks >= ((int64_t)1 << 31)) return 0;
   return 4 * mm_fused_phase_table_parts_word(s) + s->phases * (int64_t)sizeof(mm_fused_phase_parts);

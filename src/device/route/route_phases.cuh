@@ -83,8 +83,9 @@ MM_DEVICE void mm_fused_judge_bound(const mm_layer_view& L, mm_device_status* st
  * writing its entries: one scan of the T*K slots less per expert (phase B
  * takes 26 us at 8192 tokens, 10.6 at 2048: two scans, the entries' stores,
  * a grid barrier; docs/PERF.md, thirty-fifth session). An option until a
- * GPU A/B keeps it. The counts live in the scratch past the scans' 32 ints (at 64):
- * experts per CTA x warps <= MM_ROUTE_KEEP_MAX, else phase B scans again. */
+ * GPU A/B keeps it. The counts live in the scratch from int 64 on (the
+ * scans use its first 32), MM_ROUTE_KEEP_MAX at most (experts per CTA x
+ * warps); past that, phase B scans again. */
 #ifndef MM_ROUTE_KEEP_COUNTS
 #define MM_ROUTE_KEEP_COUNTS 0
 #endif
