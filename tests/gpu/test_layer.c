@@ -455,6 +455,18 @@ static mm_test_result t_odd_token_counts(const mm_rank_ctx* ctx) {
   return lt_run_series(ctx, cases, 4, "odd T");
 }
 
+/* The persistent arms' routing with its count pass and more experts than
+ * the grid has CTAs: 4096 tokens at top-4 are 16384 slots per rank, above
+ * what one batch per warp reads (the one-scan path: 6144 slots, 12288 with
+ * -DMM_ROUTE_BATCH=32), and 160 local experts put two on some CTAs, so
+ * phase B's publications of a CTA's second expert read back the second
+ * set of phase A's counts under -DMM_ROUTE_KEEP_COUNTS. */
+static mm_test_result t_many_experts_count_pass(const mm_rank_ctx* ctx) {
+  lc_case c = lt_make(ctx, 256, 256, EXPERTS(ctx, 160), 4, 4096, 47);
+  c.mask_ratio = 0.05;
+  return lt_run(ctx, &c, 1);
+}
+
 /* Decode sizes (issue 12's shapes: T = 1, 8, 64, 127, 256 per rank; one rank
  * with T = 0; every token on one expert) on a layer sized for T_max 1024:
  * each forward once with its own bound (rows per expert <= 64: the decode
@@ -1196,6 +1208,8 @@ const mm_rank_test mm_layer_tests[] = {
     {"edge: pool filled to capacity (every slot to one rank, T = T_max)", t_pool_capacity, 1},
     {"edge: an expert repeated inside a token's top-k", t_repeated_expert, 1},
     {"edge: T = 1, 127, 4097 next to T = 0", t_odd_token_counts, 1},
+    {"routing: 16384 slots over 160 experts per rank (the count pass, two experts on a CTA)",
+     t_many_experts_count_pass, 1},
     {"decode: T = 1..256 with its own bound and with T_max, bitwise equal", t_decode_tiles, 1},
     {"arms: bitwise equal to staged", t_arms_bitwise, 1},
     {"combine: early and late orders bitwise equal to staged", t_combine_orders, 1},
