@@ -91,6 +91,17 @@ MM_DEVICE void mm_fused_judge_bound(const mm_layer_view& L, mm_device_status* st
 #endif
 #define MM_ROUTE_KEEP_MAX 1024
 
+/* The kept counts of this CTA's k-th expert (MM_ROUTE_KEEP_COUNTS), or
+ * NULL: phase B scans again. CTA-uniform; computed again in each phase (a
+ * value live across the phases moved ptxas's spills into the fused math
+ * loop). */
+MM_DEVICE int* mm_route_kept(const mm_layer_view& L, int* scratch, int k) {
+  const int warps = (int)blockDim.x >> 5;
+  if (!MM_ROUTE_KEEP_COUNTS || (L.num_experts + (int)gridDim.x - 1) / (int)gridDim.x * warps > MM_ROUTE_KEEP_MAX)
+    return nullptr;
+  return scratch + 64 + k * warps;
+}
+
 /* Phase A's copy of n bytes from src to dst over every thread of the grid:
  * 16 bytes at a time where both ends allow it (the staging region always
  * does; x has no alignment requirement). */
@@ -164,14 +175,9 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
       mm_route_publish_expert_scanned(L, F, e, failed, scratch);
     mm_route_publish_call(L, F, h);
   }
-  /* This CTA's warp counts for phase B (MM_ROUTE_KEEP_COUNTS; CTA-uniform). */
-  const int warps = nthreads >> 5;
-  int* keep = MM_ROUTE_KEEP_COUNTS && (L.num_experts + (int)gridDim.x - 1) / (int)gridDim.x * warps <= MM_ROUTE_KEEP_MAX
-                  ? scratch + 64
-                  : nullptr;
   if (!one_scan) {
     for (int e = blockIdx.x, k = 0; e < L.num_experts; e += gridDim.x, ++k)
-      mm_route_count_expert(L, F, e, scratch, keep ? keep + k * warps : nullptr);
+      mm_route_count_expert(L, F, e, scratch, mm_route_kept(L, scratch, k));
   }
   for (int i = blockIdx.x * nthreads + threadIdx.x; i < h.clear_count; i += gridDim.x * nthreads) h.clear[i] = 0;
   /* The early combine's arrival counters of this call's tokens: the expert
@@ -198,7 +204,7 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
      * precede the grid barrier). */
     const bool failed = mm_failed(st);
     for (int e = blockIdx.x, k = 0; e < L.num_experts; e += gridDim.x, ++k)
-      mm_route_publish_expert(L, F, e, failed, scratch, keep ? keep + k * warps : nullptr);
+      mm_route_publish_expert(L, F, e, failed, scratch, mm_route_kept(L, scratch, k));
     mm_route_publish_call(L, F, h);
     if (!mm_grid_barrier(gb, gctx)) return false;
   }
