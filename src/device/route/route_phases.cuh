@@ -174,8 +174,7 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
     for (int e = blockIdx.x; e < L.num_experts; e += gridDim.x)
       mm_route_publish_expert_scanned(L, F, e, failed, scratch);
     mm_route_publish_call(L, F, h);
-  }
-  if (!one_scan) {
+  } else {
     for (int e = blockIdx.x, k = 0; e < L.num_experts; e += gridDim.x, ++k)
       mm_route_count_expert(L, F, e, scratch, mm_route_kept(L, scratch, k));
   }
