@@ -42,7 +42,8 @@ enum {
   MM_BENCH_OPT_TIMELINE = 1 << 11,
   MM_BENCH_OPT_CLOCKS = 1 << 12,
   MM_BENCH_OPT_GROUP = 1 << 13,
-  MM_BENCH_OPT_RATES = 1 << 14
+  MM_BENCH_OPT_RATES = 1 << 14,
+  MM_BENCH_OPT_X_IN_STAGING = 1 << 15
 };
 
 enum { MM_BENCH_PDL_OFF = 0, MM_BENCH_PDL_ON = 1, MM_BENCH_PDL_BOTH = 2 };
@@ -62,6 +63,8 @@ typedef struct mm_bench_layer_opts {
   int num_arms;
   int iters, rounds;
   int no_bound;                       /* --no-bound: num_tokens_bound 0 (T_max) instead of the point's T */
+  int x_in_staging;                   /* --x-in-staging: x and x_sf written once per point into each layer's
+                                         megamoe_input_staging region and passed from there (no staging copy) */
   int back_to_back;                   /* --back-to-back: the iters calls enqueued without flush or barrier between */
   int clocks;                         /* --clocks: rank 0's GPU clocks, power, temperature per cell (NVML) */
   int timeline;                       /* --timeline N: the in-kernel timeline of N more forwards per persistent-arm

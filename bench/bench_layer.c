@@ -394,6 +394,8 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
              o->iters, o->rounds);
     const char* engine = getenv("MEGAMOE_GEMM");
     printf("GEMM engine: %s (MEGAMOE_GEMM)\n", engine && !strcmp(engine, "simple") ? "simple" : "wgmma");
+    if (o->x_in_staging)
+      printf("inputs: x and x_sf in each layer's input staging region (--x-in-staging: no staging copy)\n");
     char line[512];
     mm_bench_rates_format(&rates, line, sizeof line);
     printf("%s;\nW GB/s = the touched weights' bytes over the time (the rate the HBM floor assumes: %.0f)\n\n", line,
@@ -424,14 +426,29 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
     CK(cudaDeviceSynchronize());
     /* Every rank runs T tokens: T is the call's bound, as a serving engine
      * that knows its batch would pass it (--no-bound: 0, read as T_max). */
-    megamoe_forward_args args = {x, x_sf, topk_idx, MEGAMOE_INDEX_INT32, topk_w, T, o->no_bound ? 0 : T, y};
+    const megamoe_forward_args args = {x, x_sf, topk_idx, MEGAMOE_INDEX_INT32, topk_w, T, o->no_bound ? 0 : T, y};
+    /* Each layer's arguments: with --x-in-staging, x and x_sf from the
+     * layer's own staging region, written here once per point (no forward
+     * writes a region whose layer is passed its own pointers). */
+    megamoe_forward_args layer_args[MAX_ARMS];
+    for (int a = 0; a < o->num_arms; ++a) {
+      layer_args[a] = args;
+      if (!o->x_in_staging || T == 0 || !layers[a]) continue;
+      void* sx = NULL;
+      float* ssf = NULL;
+      MK(megamoe_input_staging(layers[a], &sx, &ssf));
+      CK(cudaMemcpy(sx, x, (size_t)(T * H), cudaMemcpyDeviceToDevice));
+      CK(cudaMemcpy(ssf, x_sf, sizeof(float) * (size_t)(T * (H / 128)), cudaMemcpyDeviceToDevice));
+      layer_args[a].x = sx;
+      layer_args[a].x_sf = ssf;
+    }
     double cell[MAX_SLOTS] = {0};
     mm_clock_stats cell_clocks[MAX_SLOTS]; /* --clocks: this GPU during each cell's timed rounds */
     for (int s = 0; s < num_slots; ++s) cell_clocks[s] = mm_clock_stats_empty(), fwd_mhz_n[s] = 0;
     for (int s = 0; s < num_slots; ++s) {
       megamoe_layer* layer = layers[slot_arm[s]];
       MK(megamoe_set_programmatic_launch(layer, slot_pdl[s]));
-      for (int i = 0; i < 3; ++i) MK(megamoe_forward(layer, &args, stream)); /* warm-up */
+      for (int i = 0; i < 3; ++i) MK(megamoe_forward(layer, &layer_args[slot_arm[s]], stream)); /* warm-up */
       MK(megamoe_sync(layer, stream));
     }
     for (int round = 0; round < o->rounds; ++round) {
@@ -450,7 +467,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
           CK(cudaMemsetAsync(flush, round & 0xff, flush_bytes, stream));
           if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
           CK(cudaEventRecord(ev0, stream));
-          for (int it = 0; it < o->iters; ++it) MK(megamoe_forward(layers[a], &args, stream));
+          for (int it = 0; it < o->iters; ++it) MK(megamoe_forward(layers[a], &layer_args[a], stream));
           CK(cudaEventRecord(ev1, stream));
           CK(cudaEventSynchronize(ev1));
           float ms = 0;
@@ -464,7 +481,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
           CK(cudaMemsetAsync(flush, it & 0xff, flush_bytes, stream));
           if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
           CK(cudaEventRecord(ev0, stream));
-          MK(megamoe_forward(layers[a], &args, stream));
+          MK(megamoe_forward(layers[a], &layer_args[a], stream));
           CK(cudaEventRecord(ev1, stream));
           CK(cudaEventSynchronize(ev1));
           float ms = 0;
@@ -537,7 +554,7 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
           CK(cudaMemsetAsync(flush, f & 0xff, flush_bytes, stream));
           MK(mm_layer_timeline_clear(layers[a], stream)); /* no stamp of an earlier forward survives */
           if (ncclAllReduce(d_sync, d_sync, 1, ncclFloat64, ncclSum, comm, stream) != ncclSuccess) return 3;
-          MK(megamoe_forward(layers[a], &args, stream));
+          MK(megamoe_forward(layers[a], &layer_args[a], stream));
           MK(megamoe_sync(layers[a], stream));
           bad |= timeline_read(layers[a], st + (size_t)f * MM_TL_EVENTS, &ctas);
         }

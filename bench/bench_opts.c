@@ -72,6 +72,10 @@ int mm_bench_layer_parse(int argc, char** argv, mm_bench_layer_opts* o) {
     } else if (!strcmp(a, "--no-bound")) {
       o->no_bound = 1;
       bad = 0;
+    } else if (!strcmp(a, "--x-in-staging")) {
+      o->x_in_staging = 1;
+      o->given |= MM_BENCH_OPT_X_IN_STAGING;
+      bad = 0;
     } else if (!strcmp(a, "--back-to-back")) {
       o->back_to_back = 1;
       o->given |= MM_BENCH_OPT_BACK_TO_BACK;

@@ -367,9 +367,17 @@ megamoe_status megamoe_sync(megamoe_layer* layer, cudaStream_t stream);
  * words) the first error since the last sync. Valid until megamoe_destroy. */
 megamoe_status megamoe_error_word(megamoe_layer* layer, const int32_t** word);
 
-/* Where the layer stages this rank's x and x_sf for its peers. A caller that
- * writes its activations there directly (and passes these pointers as
- * args.x / args.x_sf) saves one copy per forward. */
+/* Where the layer stages this rank's x and x_sf for its peers: x holds
+ * [max_tokens_per_rank, H] bytes, x_sf [max_tokens_per_rank, H/128] floats,
+ * in this rank's symmetric buffer. A caller that writes its tokens there
+ * (row-major, as args.x / args.x_sf) and passes these very pointers as
+ * args.x / args.x_sf saves one copy per forward (either one alone too).
+ * Write them in stream order after the previous forward and before this one:
+ * the peers read the region during a forward, and finish before that
+ * forward completes on this rank. A forward whose x or x_sf comes from
+ * elsewhere overwrites the region; one whose x or x_sf overlaps it without
+ * starting at it is rejected (MEGAMOE_ERR_BAD_ARGUMENT naming it). Valid
+ * until megamoe_destroy. */
 megamoe_status megamoe_input_staging(megamoe_layer* layer, void** x, float** x_sf);
 
 /* The layer's config and rank facts. */

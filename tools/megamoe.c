@@ -43,6 +43,9 @@ static const char* const kUsageBench =
     "      --rounds N             rounds, arms bracketed A B, B A, ..., 1..100 (3)\n"
     "      --no-bound             pass num_tokens_bound = 0 (T_max) instead of the point's T, which every\n"
     "                             rank knows here (the fused arm sizes its order from the bound)\n"
+    "      --x-in-staging         write each point's x and x_sf into every layer's input staging region\n"
+    "                             (megamoe_input_staging) and pass them from there: no staging copy in the\n"
+    "                             forward, as a caller that writes its tokens there\n"
     "      --back-to-back         time the --iters calls of a round enqueued one after the other (no flush or\n"
     "                             barrier between: successive layers of a serving engine), the mean per call\n"
     "      --clocks               after each row, rank 0's GPU during the cell's timed rounds (their\n"
@@ -414,7 +417,8 @@ static int bench_without_gpu(const mm_bench_layer_opts* o) {
                   {MM_BENCH_OPT_ITERS, "--iters"},   {MM_BENCH_OPT_ROUNDS, "--rounds"},
                   {MM_BENCH_OPT_MAX_TOKENS, "--max-tokens"}, {MM_BENCH_OPT_PDL, "--pdl"},
                   {MM_BENCH_OPT_BACK_TO_BACK, "--back-to-back"}, {MM_BENCH_OPT_TIMELINE, "--timeline"},
-                  {MM_BENCH_OPT_CLOCKS, "--clocks"}, {MM_BENCH_OPT_RATES, "--rates"}};
+                  {MM_BENCH_OPT_CLOCKS, "--clocks"}, {MM_BENCH_OPT_RATES, "--rates"},
+                  {MM_BENCH_OPT_X_IN_STAGING, "--x-in-staging"}};
   const int R = (o->given & MM_BENCH_OPT_RANKS) ? o->ranks : 4;
   const int64_t default_points[1] = {256};
   const int64_t* points = (o->given & MM_BENCH_OPT_TOKENS) ? o->tokens : default_points;

@@ -559,6 +559,14 @@ megamoe_status megamoe_input_staging(megamoe_layer* l, void** x, float** x_sf) {
   return MEGAMOE_OK;
 }
 
+/* Whether [p, p + n) meets the staging region [base, base + cap) without
+ * being it (p == base: the caller wrote its tokens there, no copy). A
+ * partial overlap would make the staging copy read what it is writing. */
+static int overlaps_staging_off_start(const void* p, uint64_t n, const void* base, uint64_t cap) {
+  const uintptr_t a = (uintptr_t)p, b = (uintptr_t)base;
+  return n > 0 && a != b && a < b + cap && b < a + n;
+}
+
 /* The host-side checks of a forward: MEGAMOE_OK, or the status with the
  * message naming the argument. */
 static megamoe_status check_forward(const megamoe_layer* l, const megamoe_forward_args* a) {
@@ -567,7 +575,23 @@ static megamoe_status check_forward(const megamoe_layer* l, const megamoe_forwar
     return mm_fail(MEGAMOE_ERR_LAYER_FAILED, "an earlier forward timed out; destroy the layer");
   if (!l->weights_ready)
     return mm_fail(MEGAMOE_ERR_WEIGHTS_NOT_READY, "call megamoe_prepare_weights first");
-  return mm_check_forward_args(&l->config, a);
+  MM_TRY(mm_check_forward_args(&l->config, a));
+  if (a->num_tokens > 0) {
+    /* Sizes below 2^63: T <= T_max and the layout's sizes fit (create). */
+    const uint64_t T = (uint64_t)a->num_tokens, T_max = (uint64_t)l->config.max_tokens_per_rank;
+    const uint64_t H = (uint64_t)l->config.hidden;
+    const uint8_t* stage = l->view.peer_sym[l->rank];
+    if (overlaps_staging_off_start(a->x, T * H, stage + l->view.offset[MM_SYM_INPUT_X], T_max * H))
+      return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
+                     "args->x overlaps the layer's input staging region without starting at it "
+                     "(megamoe_input_staging: pass its x pointer itself, or a buffer outside it)");
+    if (overlaps_staging_off_start(a->x_sf, T * (H / 128) * 4, stage + l->view.offset[MM_SYM_INPUT_X_SF],
+                                   T_max * (H / 128) * 4))
+      return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
+                     "args->x_sf overlaps the layer's input staging region without starting at it "
+                     "(megamoe_input_staging: pass its x_sf pointer itself, or a buffer outside it)");
+  }
+  return MEGAMOE_OK;
 }
 
 /* Enqueues the arm's forward for view f (an empty one when f carries an

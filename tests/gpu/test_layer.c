@@ -493,6 +493,119 @@ static mm_test_result t_decode_tiles(const mm_rank_ctx* ctx) {
   return lt_run_series_bounds(ctx, cases, kCases, "decode tiles", t_max);
 }
 
+/* The tokens written where megamoe_input_staging says (no staging copy).
+ * On one layer: a forward from the caller's buffers (checked against the
+ * reference) is the baseline; then, with the caller's x and x_sf poisoned
+ * (0xFF: the e4m3 NaN code, a NaN scale: a read of them would make rows
+ * NaN), x and x_sf both in the staging region, then x there with x_sf from
+ * the caller (the staging x_sf poisoned first: it must be copied), then x
+ * from the caller with x_sf there (the staging x and the caller's x_sf
+ * poisoned first). Each
+ * forward is checked against the reference and must be bitwise the
+ * baseline. Then an x that overlaps the region without starting at it is
+ * rejected on every rank, naming args->x, and the layer still gives the
+ * baseline's bits after it. */
+static mm_test_result t_input_staging(const mm_rank_ctx* ctx) {
+  lc_case c = lt_make(ctx, 512, 256, EXPERTS(ctx, 4), 4, 96, 71);
+  c.mask_ratio = 0.1;
+  c.cfg.max_tokens_per_rank = 160; /* the region is larger than the tokens */
+  if (ctx->num_ranks > 1) c.tokens[ctx->num_ranks - 1] = 33; /* unequal counts, none 0 (step 4) */
+  lc_data d;
+  lc_device g;
+  memset(&g, 0, sizeof g);
+  int bad = lc_build(&c, ctx->num_ranks, ctx->rank, &d) != 0;
+  if (!bad) bad = lc_upload(&c, &d, ctx->rank, &g) != 0;
+  const int64_t H = c.cfg.hidden, T = c.tokens[ctx->rank];
+  const size_t x_bytes = (size_t)(T * H), sf_bytes = sizeof(float) * (size_t)(T * (H / 128));
+  uint16_t* base = malloc(sizeof(uint16_t) * (size_t)(T * H) + 1);
+  uint16_t* y = malloc(sizeof(uint16_t) * (size_t)(T * H) + 1);
+  if (!base || !y) bad = 1;
+  megamoe_layer* layer = NULL;
+  if (megamoe_create(&c.cfg, ctx->comm, &layer) != MEGAMOE_OK) { /* collective: agrees on failure */
+    fprintf(stderr, "    rank %d: megamoe_create: %s\n", ctx->rank, megamoe_last_error());
+    free(base);
+    free(y);
+    lc_device_free(&g);
+    lc_free(&d);
+    return MM_TEST_FAIL;
+  }
+  megamoe_weights w = {g.w1, g.w1_sf, g.w2, g.w2_sf};
+  if (!bad && megamoe_prepare_weights(layer, &w, ctx->stream) != MEGAMOE_OK) {
+    fprintf(stderr, "    rank %d: prepare: %s\n", ctx->rank, megamoe_last_error());
+    bad = 1;
+  }
+  void* stage_x = NULL;
+  float* stage_sf = NULL;
+  LC_EXPECT(megamoe_input_staging(layer, &stage_x, &stage_sf) == MEGAMOE_OK, "%s", megamoe_last_error());
+  if (!stage_x || !stage_sf) bad = 1;
+  /* Steps: 0 baseline, 1 both staged, 2 x staged, 3 x_sf staged, 4 rejected, 5 after the rejection. */
+  static const char* const what[6] = {"caller's buffers", "x and x_sf staged", "x staged", "x_sf staged",
+                                      "x overlapping the region", "after the rejection"};
+  for (int step = 0; step < 6; ++step) {
+    megamoe_forward_args a = lc_args(&c, &g, ctx->rank);
+    if (!bad && T > 0) {
+      /* Set the buffers up for this step (the previous forward has synced). */
+      int e = 0;
+      if (step == 1) {
+        e |= cudaMemcpy(stage_x, g.x, x_bytes, cudaMemcpyDeviceToDevice) != cudaSuccess;
+        e |= cudaMemcpy(stage_sf, g.x_sf, sf_bytes, cudaMemcpyDeviceToDevice) != cudaSuccess;
+        e |= cudaMemset(g.x, 0xFF, x_bytes) != cudaSuccess;
+        e |= cudaMemset(g.x_sf, 0xFF, sf_bytes) != cudaSuccess;
+      } else if (step == 2) {
+        e |= cudaMemcpy(g.x_sf, d.x_sf[ctx->rank], sf_bytes, cudaMemcpyHostToDevice) != cudaSuccess;
+        e |= cudaMemset(stage_sf, 0xFF, sf_bytes) != cudaSuccess;
+      } else if (step == 3) {
+        e |= cudaMemcpy(g.x, d.x[ctx->rank], x_bytes, cudaMemcpyHostToDevice) != cudaSuccess;
+        e |= cudaMemcpy(stage_sf, d.x_sf[ctx->rank], sf_bytes, cudaMemcpyHostToDevice) != cudaSuccess;
+        e |= cudaMemset(g.x_sf, 0xFF, sf_bytes) != cudaSuccess;
+        e |= cudaMemset(stage_x, 0xFF, x_bytes) != cudaSuccess;
+      } else if (step == 5) {
+        e |= cudaMemcpy(g.x, d.x[ctx->rank], x_bytes, cudaMemcpyHostToDevice) != cudaSuccess;
+        e |= cudaMemcpy(g.x_sf, d.x_sf[ctx->rank], sf_bytes, cudaMemcpyHostToDevice) != cudaSuccess;
+      }
+      LC_EXPECT(e == 0, "step %d: setting the buffers up failed", step);
+    }
+    if (step == 1 || step == 2) a.x = stage_x;
+    if (step == 1 || step == 3) a.x_sf = stage_sf;
+    if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
+    if (step == 4) {
+      /* Every rank rejects the same forward (every rank has tokens): x 16
+       * bytes into the region. The rejection enqueues an empty forward that
+       * keeps the peers in step; the sync reports an error. */
+      a.x = (uint8_t*)stage_x + 16;
+      const megamoe_status st = megamoe_forward(layer, &a, ctx->stream);
+      if (a.num_tokens > 0) {
+        LC_EXPECT(st == MEGAMOE_ERR_BAD_ARGUMENT, "step 4: %s", megamoe_status_string(st));
+        LC_EXPECT(strstr(megamoe_last_error(), "args->x overlaps") != NULL, "step 4: message \"%s\"",
+                  megamoe_last_error());
+      }
+      LC_EXPECT(megamoe_sync(layer, ctx->stream) != MEGAMOE_OK, "step 4: the sync after a rejection reported OK");
+      continue;
+    }
+    const megamoe_status st = lc_forward(layer, ctx, &a, H);
+    if (st != MEGAMOE_OK) {
+      fprintf(stderr, "    rank %d: %s: %s: %s\n", ctx->rank, what[step], megamoe_status_string(st),
+              megamoe_last_error());
+      bad = 1;
+      continue;
+    }
+    if (bad || T == 0) continue;
+    if (lc_download(g.y, T * H, y) != 0 || lc_compare(&c, &d, ctx->rank, y, what[step]) != 0) {
+      bad = 1;
+    } else if (step == 0) {
+      memcpy(base, y, sizeof(uint16_t) * (size_t)(T * H));
+    } else if (!lt_bitwise_equal(base, y, T * H, H, what[step], ctx->rank)) {
+      bad = 1;
+    }
+  }
+  if (megamoe_destroy(layer) != MEGAMOE_OK) bad = 1;
+  free(base);
+  free(y);
+  lc_device_free(&g);
+  lc_free(&d);
+  return bad ? MM_TEST_FAIL : MM_TEST_PASS;
+}
+
 /* Every arm on a few shapes must give the staged arm's bits (lt_run_arms).
  * Only the staged arm exists today; the split and fused arms are judged here
  * when they land. */
@@ -1211,6 +1324,7 @@ const mm_rank_test mm_layer_tests[] = {
     {"routing: 16384 slots over 160 experts per rank (the count pass, two experts on a CTA)",
      t_many_experts_count_pass, 1},
     {"decode: T = 1..256 with its own bound and with T_max, bitwise equal", t_decode_tiles, 1},
+    {"input staging: x and x_sf written where megamoe_input_staging says, bitwise the copy path", t_input_staging, 1},
     {"arms: bitwise equal to staged", t_arms_bitwise, 1},
     {"combine: early and late orders bitwise equal to staged", t_combine_orders, 1},
     {"graph: one capture replayed on 3 inputs", t_graph_replay, 1},

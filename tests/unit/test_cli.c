@@ -240,9 +240,9 @@ static mm_test_result test_bench_without_gpu_honours_options(void) {
   /* The GPU-only timing options parse, are named as ignored, and a bad
    * --pdl value is a usage error naming it. */
   RUN(r, "bench", "--tokens", "16", "--pdl", "both", "--back-to-back", "--timeline", "20", "--clocks", "--rates",
-      "design");
+      "design", "--x-in-staging");
   CHECK_MSG(r->status == MM_EXIT_OK, "exit %d; stderr: %s", r->status, r->err);
-  CHECK_HAS(r->out, "ignored without a GPU: --pdl, --back-to-back, --timeline, --clocks, --rates");
+  CHECK_HAS(r->out, "ignored without a GPU: --pdl, --back-to-back, --timeline, --clocks, --rates, --x-in-staging");
   RUN(r, "bench", "--rates", "h200");
   CHECK_USAGE_ERROR(r, "--rates h200");
   RUN(r, "bench", "--timeline", "0");
