@@ -437,8 +437,10 @@ static int bench_rank(int rank, int num_ranks, const ncclUniqueId* id, void* vct
       void* sx = NULL;
       float* ssf = NULL;
       MK(megamoe_input_staging(layers[a], &sx, &ssf));
-      CK(cudaMemcpy(sx, x, (size_t)(T * H), cudaMemcpyDeviceToDevice));
-      CK(cudaMemcpy(ssf, x_sf, sizeof(float) * (size_t)(T * (H / 128)), cudaMemcpyDeviceToDevice));
+      /* On the forwards' stream (a device-to-device cudaMemcpy does not
+       * wait for its copy, and the stream does not wait for the legacy one). */
+      CK(cudaMemcpyAsync(sx, x, (size_t)(T * H), cudaMemcpyDeviceToDevice, stream));
+      CK(cudaMemcpyAsync(ssf, x_sf, sizeof(float) * (size_t)(T * (H / 128)), cudaMemcpyDeviceToDevice, stream));
       layer_args[a].x = sx;
       layer_args[a].x_sf = ssf;
     }

@@ -374,10 +374,14 @@ megamoe_status megamoe_error_word(megamoe_layer* layer, const int32_t** word);
  * args.x / args.x_sf saves one copy per forward (either one alone too).
  * Write them in stream order after the previous forward and before this one:
  * the peers read the region during a forward, and finish before that
- * forward completes on this rank. A forward whose x or x_sf comes from
- * elsewhere overwrites the region; one whose x or x_sf overlaps it without
- * starting at it is rejected (MEGAMOE_ERR_BAD_ARGUMENT naming it). Valid
- * until megamoe_destroy. */
+ * forward completes on this rank (not after a timeout: the layer has then
+ * failed). A kernel that writes the region and is itself launched with
+ * programmatic stream serialization after a forward must wait for it
+ * (griddepcontrol.wait) before writing: the persistent arms let their
+ * dependents start early. A forward whose x or x_sf comes from elsewhere
+ * overwrites the region; one whose x or x_sf meets the region without being
+ * its own part's start is rejected (MEGAMOE_ERR_BAD_ARGUMENT naming it).
+ * Valid until megamoe_destroy. */
 megamoe_status megamoe_input_staging(megamoe_layer* layer, void** x, float** x_sf);
 
 /* The layer's config and rank facts. */

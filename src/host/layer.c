@@ -559,12 +559,32 @@ megamoe_status megamoe_input_staging(megamoe_layer* l, void** x, float** x_sf) {
   return MEGAMOE_OK;
 }
 
-/* Whether [p, p + n) meets the staging region [base, base + cap) without
- * being it (p == base: the caller wrote its tokens there, no copy). A
- * partial overlap would make the staging copy read what it is writing. */
-static int overlaps_staging_off_start(const void* p, uint64_t n, const void* base, uint64_t cap) {
+/* Whether [p, p + n) and [base, base + cap) share a byte (n, cap > 0;
+ * written without p + n or base + cap, which could wrap). */
+static int ranges_meet(const void* p, uint64_t n, const void* base, uint64_t cap) {
   const uintptr_t a = (uintptr_t)p, b = (uintptr_t)base;
-  return n > 0 && a != b && a < b + cap && b < a + n;
+  return a >= b ? a - b < cap : b - a < n;
+}
+
+/* args->x or args->x_sf against the staging region's two parts: either
+ * one is the part's own start (the caller wrote its tokens there: no copy)
+ * or it meets neither part (a buffer of its own). Anything else would make
+ * the staging copies read what they (or the other copy, which runs at the
+ * same time in the persistent arms) are writing. */
+static megamoe_status check_staging_overlap(const megamoe_layer* l, const void* p, uint64_t n, int own,
+                                            const char* name) {
+  const uint64_t T_max = (uint64_t)l->config.max_tokens_per_rank, H = (uint64_t)l->config.hidden;
+  const uint8_t* sym = l->view.peer_sym[l->rank];
+  const uint8_t* part[2] = {sym + l->view.offset[MM_SYM_INPUT_X], sym + l->view.offset[MM_SYM_INPUT_X_SF]};
+  const uint64_t cap[2] = {T_max * H, T_max * (H / 128) * 4};
+  if (p == (const void*)part[own]) return MEGAMOE_OK;
+  for (int k = 0; k < 2; ++k)
+    if (ranges_meet(p, n, part[k], cap[k]))
+      return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
+                     "%s overlaps the layer's input staging region (its %s part) without being the start of "
+                     "its own part (megamoe_input_staging: pass that pointer itself, or a buffer outside the region)",
+                     name, k == 0 ? "x" : "x_sf");
+  return MEGAMOE_OK;
 }
 
 /* The host-side checks of a forward: MEGAMOE_OK, or the status with the
@@ -578,18 +598,9 @@ static megamoe_status check_forward(const megamoe_layer* l, const megamoe_forwar
   MM_TRY(mm_check_forward_args(&l->config, a));
   if (a->num_tokens > 0) {
     /* Sizes below 2^63: T <= T_max and the layout's sizes fit (create). */
-    const uint64_t T = (uint64_t)a->num_tokens, T_max = (uint64_t)l->config.max_tokens_per_rank;
-    const uint64_t H = (uint64_t)l->config.hidden;
-    const uint8_t* stage = l->view.peer_sym[l->rank];
-    if (overlaps_staging_off_start(a->x, T * H, stage + l->view.offset[MM_SYM_INPUT_X], T_max * H))
-      return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
-                     "args->x overlaps the layer's input staging region without starting at it "
-                     "(megamoe_input_staging: pass its x pointer itself, or a buffer outside it)");
-    if (overlaps_staging_off_start(a->x_sf, T * (H / 128) * 4, stage + l->view.offset[MM_SYM_INPUT_X_SF],
-                                   T_max * (H / 128) * 4))
-      return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
-                     "args->x_sf overlaps the layer's input staging region without starting at it "
-                     "(megamoe_input_staging: pass its x_sf pointer itself, or a buffer outside it)");
+    const uint64_t T = (uint64_t)a->num_tokens, H = (uint64_t)l->config.hidden;
+    MM_TRY(check_staging_overlap(l, a->x, T * H, 0, "args->x"));
+    MM_TRY(check_staging_overlap(l, a->x_sf, T * (H / 128) * 4, 1, "args->x_sf"));
   }
   return MEGAMOE_OK;
 }

@@ -502,9 +502,9 @@ static mm_test_result t_decode_tiles(const mm_rank_ctx* ctx) {
  * from the caller with x_sf there (the staging x and the caller's x_sf
  * poisoned first). Each
  * forward is checked against the reference and must be bitwise the
- * baseline. Then an x that overlaps the region without starting at it is
- * rejected on every rank, naming args->x, and the layer still gives the
- * baseline's bits after it. */
+ * baseline. Then four forwards whose x or x_sf meets the region without
+ * being its own part's start are rejected on every rank, naming the
+ * argument, and the layer still gives the baseline's bits after them. */
 static mm_test_result t_input_staging(const mm_rank_ctx* ctx) {
   lc_case c = lt_make(ctx, 512, 256, EXPERTS(ctx, 4), 4, 96, 71);
   c.mask_ratio = 0.1;
@@ -547,6 +547,10 @@ static mm_test_result t_input_staging(const mm_rank_ctx* ctx) {
       /* Set the buffers up for this step (the previous forward has synced). */
       int e = 0;
       if (step == 1) {
+        /* The baseline's copy left these bytes there: poisoned first, so
+         * the bytes read are the ones written here. */
+        e |= cudaMemset(stage_x, 0xFF, x_bytes) != cudaSuccess;
+        e |= cudaMemset(stage_sf, 0xFF, sf_bytes) != cudaSuccess;
         e |= cudaMemcpy(stage_x, g.x, x_bytes, cudaMemcpyDeviceToDevice) != cudaSuccess;
         e |= cudaMemcpy(stage_sf, g.x_sf, sf_bytes, cudaMemcpyDeviceToDevice) != cudaSuccess;
         e |= cudaMemset(g.x, 0xFF, x_bytes) != cudaSuccess;
@@ -569,17 +573,26 @@ static mm_test_result t_input_staging(const mm_rank_ctx* ctx) {
     if (step == 1 || step == 3) a.x_sf = stage_sf;
     if (bad) a.num_tokens = 0; /* still take part, so peers do not wait */
     if (step == 4) {
-      /* Every rank rejects the same forward (every rank has tokens): x 16
-       * bytes into the region. The rejection enqueues an empty forward that
-       * keeps the peers in step; the sync reports an error. */
-      a.x = (uint8_t*)stage_x + 16;
-      const megamoe_status st = megamoe_forward(layer, &a, ctx->stream);
-      if (a.num_tokens > 0) {
-        LC_EXPECT(st == MEGAMOE_ERR_BAD_ARGUMENT, "step 4: %s", megamoe_status_string(st));
-        LC_EXPECT(strstr(megamoe_last_error(), "args->x overlaps") != NULL, "step 4: message \"%s\"",
-                  megamoe_last_error());
+      /* Every rank rejects the same forwards (every rank has tokens): x 16
+       * bytes into the region, x starting 16 bytes before it, x_sf 4 bytes
+       * into its part, x_sf at the start of x's part. Each rejection
+       * enqueues an empty forward that keeps the peers in step; the sync
+       * reports an error. */
+      for (int v = 0; v < 4; ++v) {
+        megamoe_forward_args r = a;
+        if (v == 0) r.x = (uint8_t*)stage_x + 16;
+        if (v == 1) r.x = (uint8_t*)stage_x - 16;
+        if (v == 2) r.x_sf = stage_sf + 1;
+        if (v == 3) r.x_sf = (float*)stage_x;
+        const char* name = v < 2 ? "args->x overlaps" : "args->x_sf overlaps";
+        const megamoe_status st = megamoe_forward(layer, &r, ctx->stream);
+        if (r.num_tokens > 0) {
+          LC_EXPECT(st == MEGAMOE_ERR_BAD_ARGUMENT, "step 4.%d: %s", v, megamoe_status_string(st));
+          LC_EXPECT(strstr(megamoe_last_error(), name) != NULL, "step 4.%d: message \"%s\"", v, megamoe_last_error());
+        }
+        LC_EXPECT(megamoe_sync(layer, ctx->stream) != MEGAMOE_OK, "step 4.%d: the sync after a rejection reported OK",
+                  v);
       }
-      LC_EXPECT(megamoe_sync(layer, ctx->stream) != MEGAMOE_OK, "step 4: the sync after a rejection reported OK");
       continue;
     }
     const megamoe_status st = lc_forward(layer, ctx, &a, H);
