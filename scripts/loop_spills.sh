@@ -14,7 +14,7 @@
 # count alone.
 #
 #   scripts/loop_spills.sh SRC.cu [MACROS...]     e.g.
-#   scripts/loop_spills.sh src/device/fused/fused_g128_large.cu -DMM_ROUTE_KEEP_COUNTS=1
+#   scripts/loop_spills.sh src/device/fused/fused_g128_large.cu -DMM_FUSED_MATH_TIMELINE=1
 #
 # NVDISASM: nvdisasm to use (default: the CUDA toolkit's; pip's
 # nvidia-cuda-nvdisasm works where the toolkit has none). Scratch files in

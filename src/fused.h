@@ -298,20 +298,9 @@ MM_HOST_DEVICE void mm_fused_gemm_task(const mm_fused_stream* s, int gemm, int64
   t->block0 = s->block_start[e] + t->row0 / MM_FUSED_BLOCK_ROWS;
 }
 
-/* Task `off` of a phase (off < its task count) whose L1 part holds the
- * m-tiles [m1_lo, m1_hi) and its L2 part [m2_lo, m2_hi): the L1 part's
- * tasks first, then the L2 part's. */
-MM_HOST_DEVICE void mm_fused_task_in_phase(const mm_fused_stream* s, int64_t m1_lo, int64_t m1_hi, int64_t m2_lo,
-                                           int64_t m2_hi, int64_t off, mm_fused_task* task) {
-  const int64_t count1 = (m1_hi - m1_lo) * s->tiles_n[0];
-  if (off < count1) mm_fused_gemm_task(s, 0, m1_lo * s->tiles_n[0] + off, m1_lo, m1_hi, task);
-  else mm_fused_gemm_task(s, 1, m2_lo * s->tiles_n[1] + off - count1, m2_lo, m2_hi, task);
-}
-
 /* Task t of the stream (t < tasks): the phase by binary search, then the
  * phase's L1 part or L2 part. A kernel walking its own tasks in increasing t
- * may keep a cursor or a phase table (mm_fused_task_by_table) instead; it
- * must give the same tasks. */
+ * may keep a cursor instead; it must give the same tasks. */
 MM_HOST_DEVICE void mm_fused_task_at(const mm_fused_stream* s, int64_t t, mm_fused_task* task) {
   if (s->order.single_wave) { /* every L1 task (phase 0), then every L2 task (phase 1): no search */
     const int64_t m1 = s->m_start[0][s->experts], l1_tasks = m1 * s->tiles_n[0];
@@ -328,9 +317,6 @@ MM_HOST_DEVICE void mm_fused_task_at(const mm_fused_stream* s, int64_t t, mm_fus
   int64_t lo1, hi1, lo2, hi2;
   mm_fused_phase_units(&s->order, 0, lo, s->units, &lo1, &hi1);
   mm_fused_phase_units(&s->order, 1, lo, s->units, &lo2, &hi2);
-  /* mm_fused_task_in_phase written out: the L2 part's bounds are searched
-   * only on its branch (calling it changes the producer's SASS; not
-   * measured). */
   const int64_t off = t - mm_fused_phase_start(s, lo);
   const int64_t m1_lo = mm_fused_m_before(s, 0, lo1), m1_hi = mm_fused_m_before(s, 0, hi1);
   const int64_t count1 = (m1_hi - m1_lo) * s->tiles_n[0];
@@ -340,58 +326,6 @@ MM_HOST_DEVICE void mm_fused_task_at(const mm_fused_stream* s, int64_t t, mm_fus
     const int64_t m2_lo = mm_fused_m_before(s, 1, lo2);
     mm_fused_gemm_task(s, 1, m2_lo * s->tiles_n[1] + off - count1, m2_lo, mm_fused_m_before(s, 1, hi2), task);
   }
-}
-
-/* ---- The phase table ----------------------------------------------------------
- * What mm_fused_task_at's search recomputes at every step (two
- * mm_fused_m_before, each a search over the experts), once per phase: the
- * phase's first task and its parts' m-tiles. The kernel fills one entry per
- * thread before it decodes its task list (device/fused/fused_kernel.cuh),
- * so a decode is one search over int32 starts and one mm_fused_task_in_phase.
- * int32 words: a table is only made for a stream of < 2^31 tasks
- * (mm_fused_phase_table_bytes). */
-typedef struct mm_fused_phase_parts {
-  int32_t m1_lo, m1_hi, m2_lo, m2_hi; /* the m-tiles of the phase's L1 part and of its L2 part */
-} mm_fused_phase_parts;
-
-/* The table of stream s: phases + 1 int32 starts, then from this word (a
- * multiple of 4: 16-byte aligned) its phases parts. */
-MM_HOST_DEVICE int64_t mm_fused_phase_table_parts_word(const mm_fused_stream* s) { return (s->phases + 4) / 4 * 4; }
-/* Its bytes; 0 when s has no table (2^31 tasks or more). */
-MM_HOST_DEVICE int64_t mm_fused_phase_table_bytes(const mm_fused_stream* s) {
-  if (s->tasks >= ((int64_t)1 << 31)) return 0;
-  return 4 * mm_fused_phase_table_parts_word(s) + s->phases * (int64_t)sizeof(mm_fused_phase_parts);
-}
-
-/* Entry j of the table (j <= phases; entry `phases` has only its start: the
- * task count). Every entry is independent: a CTA fills them one per thread. */
-MM_HOST_DEVICE void mm_fused_phase_table_fill(const mm_fused_stream* s, int64_t j, int32_t* starts) {
-  int64_t lo1, hi1, lo2, hi2;
-  mm_fused_phase_units(&s->order, 0, j, s->units, &lo1, &hi1);
-  mm_fused_phase_units(&s->order, 1, j, s->units, &lo2, &hi2);
-  const int64_t m1_lo = mm_fused_m_before(s, 0, lo1), m2_lo = mm_fused_m_before(s, 1, lo2);
-  starts[j] = (int32_t)(m1_lo * s->tiles_n[0] + m2_lo * s->tiles_n[1]); /* = mm_fused_phase_start(s, j) */
-  if (j < s->phases) {
-    mm_fused_phase_parts* p = (mm_fused_phase_parts*)(starts + mm_fused_phase_table_parts_word(s)) + j;
-    p->m1_lo = (int32_t)m1_lo;
-    p->m1_hi = (int32_t)mm_fused_m_before(s, 0, hi1);
-    p->m2_lo = (int32_t)m2_lo;
-    p->m2_hi = (int32_t)mm_fused_m_before(s, 1, hi2);
-  }
-}
-
-/* Task t of the stream (t < tasks) through its filled table: the task
- * mm_fused_task_at gives. */
-MM_HOST_DEVICE void mm_fused_task_by_table(const mm_fused_stream* s, const int32_t* starts, int64_t t,
-                                           mm_fused_task* task) {
-  int32_t lo = 0, hi = (int32_t)s->phases - 1; /* the last phase whose start <= t */
-  while (lo < hi) {
-    const int32_t mid = (lo + hi + 1) / 2;
-    if ((int64_t)starts[mid] <= t) lo = mid;
-    else hi = mid - 1;
-  }
-  const mm_fused_phase_parts p = ((const mm_fused_phase_parts*)(starts + mm_fused_phase_table_parts_word(s)))[lo];
-  mm_fused_task_in_phase(s, p.m1_lo, p.m1_hi, p.m2_lo, p.m2_hi, t - starts[lo], task);
 }
 
 /* A task in 8 bytes, for a CTA's list of its own tasks decoded ahead

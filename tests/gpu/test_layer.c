@@ -457,10 +457,10 @@ static mm_test_result t_odd_token_counts(const mm_rank_ctx* ctx) {
 
 /* The persistent arms' routing with its count pass and more experts than
  * the grid has CTAs: 4096 tokens at top-4 are 16384 slots per rank, above
- * what one batch per warp reads (the one-scan path: 6144 slots, 12288 with
- * -DMM_ROUTE_BATCH=32), and 160 local experts put two on some CTAs, so
- * phase B's publications of a CTA's second expert read back the second
- * set of phase A's counts under -DMM_ROUTE_KEEP_COUNTS. */
+ * what one batch per warp reads (the one-scan path: 12288 slots with 12
+ * warps), and 160 local experts put two on some CTAs, so phase B's
+ * publications of a CTA's second expert read back the second set of phase
+ * A's kept counts (route_phases.cuh). */
 static mm_test_result t_many_experts_count_pass(const mm_rank_ctx* ctx) {
   lc_case c = lt_make(ctx, 256, 256, EXPERTS(ctx, 160), 4, 4096, 47);
   c.mask_ratio = 0.05;

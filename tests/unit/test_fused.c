@@ -723,8 +723,7 @@ static int task_same(const mm_fused_task* a, const mm_fused_task* b) {
          a->row0 == b->row0 && a->rows == b->rows && a->block0 == b->block0;
 }
 
-/* mm_fused_task_at and the phase table's decode (mm_fused_task_by_table)
- * walk the stream of the model, task by task. */
+/* mm_fused_task_at walks the stream of the model, task by task. */
 static mm_test_result t_stream_decode(void) {
   mm_rng g = unit_rng(0x5eed);
   int32_t rows[64];
@@ -749,32 +748,17 @@ static mm_test_result t_stream_decode(void) {
     const int64_t n = model_enumerate(&t.s, want, t.s.tasks + 1);
     int ok = n == t.s.tasks;
     int64_t bad = -1;
-    /* The kernel's phase table, its entries filled in a shuffled order (a
-     * CTA fills them one per thread), inside its byte count, over poison. */
-    const int64_t table_bytes = mm_fused_phase_table_bytes(&t.s);
-    CHECK_MSG(table_bytes > 0, "case %d: no phase table for %lld tasks", i, (long long)t.s.tasks);
-    int32_t* table = (int32_t*)malloc((size_t)table_bytes + 64);
-    int64_t* order = (int64_t*)malloc(sizeof(int64_t) * (size_t)(t.s.phases + 1));
-    memset(table, 0x5a, (size_t)table_bytes + 64);
-    for (int64_t j = 0; j <= t.s.phases; ++j) order[j] = j;
-    for (int64_t j = t.s.phases; j > 0; --j) { /* Fisher-Yates */
-      const int64_t q = (int64_t)mm_rng_below(&g, (uint64_t)j + 1), v = order[j];
-      order[j] = order[q], order[q] = v;
-    }
-    for (int64_t q = 0; q <= t.s.phases; ++q) mm_fused_phase_table_fill(&t.s, order[q], table);
-    free(order);
-    /* Every start is mm_fused_phase_start's, and the last one (j = phases)
-     * the task count, in either order. */
+    /* The phases' starts never decrease, and the start of the phase past
+     * the last (j = phases) is the task count, in either order. */
     for (int64_t j = 0; ok && j <= t.s.phases; ++j)
-      if (table[j] != mm_fused_phase_start(&t.s, j) || (j == t.s.phases && table[j] != t.s.tasks)) ok = 0, bad = -2 - j;
-    for (int b = 0; b < 64; ++b)
-      if (((const unsigned char*)table)[table_bytes + b] != 0x5a) ok = 0, bad = -1000000 - b;
+      if ((j > 0 && mm_fused_phase_start(&t.s, j) < mm_fused_phase_start(&t.s, j - 1)) ||
+          (j == t.s.phases && mm_fused_phase_start(&t.s, j) != t.s.tasks))
+        ok = 0, bad = -2 - j;
     for (int64_t k = 0; ok && k < n; ++k) {
-      mm_fused_task got, by_table;
+      mm_fused_task got;
       mm_fused_task_at(&t.s, k, &got);
-      mm_fused_task_by_table(&t.s, table, k, &by_table);
       const mm_fused_task* w = &want[k];
-      if (!task_same(&got, w) || !task_same(&by_table, w)) ok = 0, bad = k;
+      if (!task_same(&got, w)) ok = 0, bad = k;
       /* The 8-byte form the kernel's producer reads back gives the same task. */
       mm_fused_task back;
       memset(&back, 0xff, sizeof back);
@@ -783,29 +767,12 @@ static mm_test_result t_stream_decode(void) {
       else mm_fused_task_unpack(&t.s, packed, &back);
       if (!task_same(&back, w)) ok = 0, bad = k;
     }
-    free(table);
     free(want);
     stream_free(&t);
     CHECK_MSG(ok, "case %d (E_l %d, lag %d, group %d, single %d): %lld tasks decoded, the model has %lld; first "
-              "difference at %lld (-2 - j: phase j's table start; below -999999: past the table)", i, El, o.lag,
+              "difference at %lld (-2 - j: phase j's start)", i, El, o.lag,
               o.group, o.single_wave, (long long)t.s.tasks, (long long)n, (long long)bad);
     checked += n;
-  }
-  /* No table for a stream of 2^31 tasks or more (its starts are int32):
-   * one expert of 2^24 rows at 64-row tiles (2^18 m-tiles per GEMM) and
-   * 2^13 + 2^12 n-tiles has 3 x 2^30 tasks (only its sums are made). */
-  {
-    int32_t big_rows[1] = {1 << 24};
-    mm_fused_order o = {1, 8, 4, 1000, 0};
-    test_stream t;
-    stream_make(&t, o, 1, big_rows, 64, 64, 1 << 13, 1 << 12);
-    CHECK_MSG(t.s.tasks >= ((int64_t)1 << 31) && mm_fused_phase_table_bytes(&t.s) == 0,
-              "%lld tasks: a table of %lld bytes", (long long)t.s.tasks, (long long)mm_fused_phase_table_bytes(&t.s));
-    stream_free(&t);
-    stream_make(&t, o, 1, big_rows, 64, 64, 1 << 4, 1 << 4);
-    CHECK_MSG(t.s.tasks < ((int64_t)1 << 31) && mm_fused_phase_table_bytes(&t.s) > 0, "%lld tasks: no table",
-              (long long)t.s.tasks);
-    stream_free(&t);
   }
   /* Fields beyond the packed widths are left to decode again. */
   mm_fused_task big = {1, 3, 0, 1 << 26, 0, 0, 1, 0};
@@ -816,8 +783,8 @@ static mm_test_result t_stream_decode(void) {
   CHECK(mm_fused_task_pack(&big) == MM_FUSED_TASK_UNPACKED);
   big.expert = 3;
   CHECK(mm_fused_task_pack(&big) != MM_FUSED_TASK_UNPACKED);
-  printf("    %lld tasks decoded as the model orders them, by search and by phase table, each the same through its "
-         "8-byte form\n", (long long)checked);
+  printf("    %lld tasks decoded as the model orders them, each the same through its 8-byte form\n",
+         (long long)checked);
   return MM_TEST_PASS;
 }
 

@@ -101,15 +101,6 @@ static_assert(MM_FUSED_PRODUCER_REGS % 8 == 0 && MM_FUSED_MATH_REGS % 8 == 0 &&
  * per CTA summed at 8192 tokens, EP1; docs/PERF.md). Tasks past these are
  * decoded by the producer as before. */
 #define MM_FUSED_TASK_CACHE 256
-/* 1: the decode before the roles searches a phase table the CTA fills first
- * (fused.h, mm_fused_task_by_table) instead of mm_fused_task_at's search,
- * whose every step costs two searches over the experts (3.6 us at 2048
- * tokens, 11 us at 8192 on the timeline, before any CTA's producer starts).
- * Off: an option until measured. */
-#ifndef MM_FUSED_PHASE_TABLE
-#define MM_FUSED_PHASE_TABLE 0
-#endif
-#define MM_FUSED_BAR_DECODE 1 /* named barrier of the warps that fill the phase table and decode (setup only) */
 /* A tile shape of the fused kernel: the engine's config with one stage size
  * for both shapes (kStage bytes, A at the stage's start, B right after the
  * tile's A) and the A scales at a stride of the larger tile's, and A loaded
@@ -827,35 +818,13 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
     const int64_t list_n = min(s->tasks, mm_fused_task_list_entries(L.virtual_blocks, L.hidden, L.intermediate));
     const int64_t ahead = order.dynamic_claim ? INT64_MAX : cache_n; /* the k of this CTA's tasks decoded */
     const int64_t decoded_n = order.dynamic_claim ? list_n : s->tasks;
-    /* With MM_FUSED_PHASE_TABLE, the stream's phase table first (one entry
-     * per thread, in the stage memory: free until the producer's first TMA
-     * load, which the proxy fence and the CTA barrier below order after
-     * these accesses), then each decode searches it. Only the warps that
-     * fill or decode meet on the named barrier; the others go on to the
-     * prologue. CTA-uniform: s is the CTA's. */
-    int32_t* phase_table = reinterpret_cast<int32_t*>(sm.a_ptr);
-    const int64_t table_bytes = mm_fused_phase_table_bytes(s);
-    const int64_t cta_decodes = /* the k below with t < decoded_n */
-        decoded_n > blockIdx.x ? min(ahead, (decoded_n - blockIdx.x + gridDim.x - 1) / gridDim.x) : 0;
-    const bool by_table = MM_FUSED_PHASE_TABLE && cta_decodes > 0 && table_bytes > 0 &&
-                          table_bytes <= (int64_t)(lay.off_sf - lay.off_a);
-    if (by_table) {
-      const int64_t users = max(cta_decodes, s->phases + 1);
-      const int threads = users < MM_GEMM_THREADS ? (int)(users + 31) / 32 * 32 : MM_GEMM_THREADS;
-      if (tid < threads) { /* whole warps */
-        for (int64_t j = tid; j <= s->phases; j += threads) mm_fused_phase_table_fill(s, j, phase_table);
-        mm_named_barrier_sync(MM_FUSED_BAR_DECODE, (uint32_t)threads);
-      }
-    }
     for (int64_t k = tid; k < ahead; k += MM_GEMM_THREADS) {
       const int64_t t = blockIdx.x + k * gridDim.x;
       if (t >= decoded_n) break;
       mm_fused_task task;
-      if (by_table) mm_fused_task_by_table(s, phase_table, t, &task);
-      else mm_fused_task_at(s, t, &task);
+      mm_fused_task_at(s, t, &task);
       (order.dynamic_claim ? list[t] : cache[k]) = mm_fused_task_pack(&task);
     }
-    if (by_table) mm_fence_proxy_async_smem();
     if (tid == 0) mm_tl_stamp(L, MM_TL_TASKS_DECODED);
     int32_t* counters = mm_ws<int32_t>(L, MM_WS_BLOCK_COUNTERS);
     /* Every warp pulls the first rows now, ahead of the roles (the math

@@ -37,13 +37,12 @@ MM_DEVICE void mm_warp_chunk(int64_t n, int warp, int warps, int64_t* lo, int64_
 
 /* Slots are read MM_ROUTE_BATCH 32-slot steps at a time, every load of a batch
  * issued before the first is used: a warp's scan is latency-bound, not
- * bandwidth-bound (one CTA reads the T*K ids of its expert from L2). 16 by
- * default; -DMM_ROUTE_BATCH=32 (an option until measured) halves a scan's
- * round trips and takes the one-scan path (mm_route_one_scan) up to 12288
- * slots with 12 warps: 2048 tokens at top-6. */
-#ifndef MM_ROUTE_BATCH
-#define MM_ROUTE_BATCH 16
-#endif
+ * bandwidth-bound (one CTA reads the T*K ids of its expert from L2). 32
+ * (16 before the thirty-seventh session) takes the one-scan path
+ * (mm_route_one_scan) up to 12288 slots with 12 warps, 2048 tokens at
+ * top-6: published 23.7 -> 20.9 us there on an H100 (docs/PERF.md); the
+ * staged arm's route kernels need 127 registers for it (63 with 16). */
+#define MM_ROUTE_BATCH 32
 
 /* The expert ids of the batch of steps at `step0` ([.., hi); -1 past hi). */
 MM_DEVICE void mm_route_load_batch(const mm_forward_view& F, int64_t step0, int64_t hi,

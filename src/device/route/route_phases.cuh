@@ -70,35 +70,27 @@ MM_DEVICE void mm_fused_judge_bound(const mm_layer_view& L, mm_device_status* st
 }
 
 /* 16-byte loads each thread of phase A's copy issues before its first
- * store (-DMM_ROUTE_COPY_BATCH=N, off at 1): phase A is bound by the copy,
- * 39 us for 8192 x 4096 bytes on an H100 (~1.9 TB/s read + write;
- * docs/PERF.md, thirty-fifth session). An option until a GPU A/B keeps it. */
-#ifndef MM_ROUTE_COPY_BATCH
-#define MM_ROUTE_COPY_BATCH 1
-#endif
+ * store: phase A is bound by the copy (39 us for 8192 x 4096 bytes on an
+ * H100 with one load in flight, ~1.9 TB/s read + write; 30.5 us with four:
+ * docs/PERF.md, thirty-fifth and thirty-seventh sessions). */
+#define MM_ROUTE_COPY_BATCH 4
 
-/* 1: phase B takes each warp's count of its chunk from phase A (the same
- * CTA counted the same expert over the same chunks, and shared memory
- * outlives the grid barrier) instead of scanning the chunk again before
- * writing its entries: one scan of the T*K slots less per expert (phase B
- * takes 26 us at 8192 tokens, 10.6 at 2048: two scans, the entries' stores,
- * a grid barrier; docs/PERF.md, thirty-fifth session). An option until a
- * GPU A/B keeps it. The counts live in the scratch from int 64 on (the
- * scans use its first 32), MM_ROUTE_KEEP_MAX at most (experts per CTA x
- * warps); past that, phase B scans again. */
-#ifndef MM_ROUTE_KEEP_COUNTS
-#define MM_ROUTE_KEEP_COUNTS 0
-#endif
+/* Phase B takes each warp's count of its chunk from phase A (the same CTA
+ * counted the same expert over the same chunks, and shared memory outlives
+ * the grid barrier) instead of scanning the chunk again before writing its
+ * entries: one scan of the T*K slots less per expert (phase B 25.4 -> 20.6
+ * us at 8192 tokens on an H100; docs/PERF.md, thirty-seventh session). The
+ * counts live in the scratch from int 64 on (the scans use its first 32),
+ * MM_ROUTE_KEEP_MAX at most (experts per CTA x warps); past that, phase B
+ * scans again. */
 #define MM_ROUTE_KEEP_MAX 1024
 
-/* The kept counts of this CTA's k-th expert (MM_ROUTE_KEEP_COUNTS), or
- * NULL: phase B scans again. CTA-uniform; computed again in each phase (a
- * value live across the phases moved ptxas's spills into the fused math
- * loop). */
+/* The kept counts of this CTA's k-th expert, or NULL: phase B scans again.
+ * CTA-uniform; computed again in each phase (a value live across the
+ * phases moved ptxas's spills into the fused math loop). */
 MM_DEVICE int* mm_route_kept(const mm_layer_view& L, int* scratch, int k) {
   const int warps = (int)blockDim.x >> 5;
-  if (!MM_ROUTE_KEEP_COUNTS || (L.num_experts + (int)gridDim.x - 1) / (int)gridDim.x * warps > MM_ROUTE_KEEP_MAX)
-    return nullptr;
+  if ((L.num_experts + (int)gridDim.x - 1) / (int)gridDim.x * warps > MM_ROUTE_KEEP_MAX) return nullptr;
   return scratch + 64 + k * warps;
 }
 
@@ -110,14 +102,12 @@ MM_DEVICE void mm_grid_copy_bytes(uint8_t* dst, const uint8_t* src, int64_t n) {
   if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
     const int64_t vecs = n / 16;
     int64_t i = i0;
-    if (MM_ROUTE_COPY_BATCH > 1) {
-      for (; i + (MM_ROUTE_COPY_BATCH - 1) * stride < vecs; i += MM_ROUTE_COPY_BATCH * stride) {
-        uint4 v[MM_ROUTE_COPY_BATCH];
+    for (; i + (MM_ROUTE_COPY_BATCH - 1) * stride < vecs; i += MM_ROUTE_COPY_BATCH * stride) {
+      uint4 v[MM_ROUTE_COPY_BATCH];
 #pragma unroll
-        for (int b = 0; b < MM_ROUTE_COPY_BATCH; ++b) v[b] = __ldg(reinterpret_cast<const uint4*>(src) + i + b * stride);
+      for (int b = 0; b < MM_ROUTE_COPY_BATCH; ++b) v[b] = __ldg(reinterpret_cast<const uint4*>(src) + i + b * stride);
 #pragma unroll
-        for (int b = 0; b < MM_ROUTE_COPY_BATCH; ++b) reinterpret_cast<uint4*>(dst)[i + b * stride] = v[b];
-      }
+      for (int b = 0; b < MM_ROUTE_COPY_BATCH; ++b) reinterpret_cast<uint4*>(dst)[i + b * stride] = v[b];
     }
     for (; i < vecs; i += stride)
       reinterpret_cast<uint4*>(dst)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
@@ -140,8 +130,8 @@ MM_DEVICE void mm_route_publish_call(const mm_layer_view& L, const mm_forward_vi
 
 /* Phases A-C, all threads of every CTA. False when a grid barrier gave up
  * (deadline): the caller skips to the end of the forward. scratch: >= 33
- * ints of shared memory (64 + MM_ROUTE_KEEP_MAX with MM_ROUTE_KEEP_COUNTS;
- * both callers pass their pipeline's stage memory, tens of KB). */
+ * ints of shared memory, 64 + MM_ROUTE_KEEP_MAX for the kept counts (both
+ * callers pass their pipeline's stage memory, tens of KB). */
 MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F, const mm_route_hooks& h,
                                int* scratch) {
   mm_device_status* st = mm_status(L);
