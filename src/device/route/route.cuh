@@ -41,7 +41,7 @@ MM_DEVICE void mm_warp_chunk(int64_t n, int warp, int warps, int64_t* lo, int64_
  * (16 before the thirty-seventh session) takes the one-scan path
  * (mm_route_one_scan) up to 12288 slots with 12 warps, 2048 tokens at
  * top-6: published 23.7 -> 20.9 us there on an H100 (docs/PERF.md); the
- * staged arm's route kernels need 127 registers for it (63 with 16). */
+ * staged arm's route kernels need 127 and 128 registers for it (63 with 16). */
 #define MM_ROUTE_BATCH 32
 
 /* The expert ids of the batch of steps at `step0` ([.., hi); -1 past hi). */

@@ -7,8 +7,9 @@
  *   B  publish each expert's routed list to its rank; the fused arm's CTA 0
  *      also writes (T, bound) of this call into slot `rank` of every rank's
  *      call table (MM_SYM_CALL_TOKENS)                            grid barrier
- *      (At decode sizes, mm_route_one_scan, B runs inside A: each CTA scans
- *      every slot itself instead of reading the counts, one barrier less.)
+ *      (Up to 32 x MM_ROUTE_BATCH x warps slots, 12288 with 12 warps:
+ *      mm_route_one_scan, B runs inside A: each CTA scans every slot itself
+ *      instead of reading the counts, one barrier less.)
  *   C  CTA 0: all-rank barrier 0 (routing published); the fused arm's
  *      num_tokens_bound verdict on the call table; the pool layout
  *                                                                grid barrier
@@ -83,7 +84,9 @@ MM_DEVICE void mm_fused_judge_bound(const mm_layer_view& L, mm_device_status* st
  * counts live in the scratch from int 64 on (the scans use its first 32),
  * MM_ROUTE_KEEP_MAX at most (experts per CTA x warps); past that, phase B
  * scans again. */
+#ifndef MM_ROUTE_KEEP_MAX /* a test build with 0 forces phase B's second scan */
 #define MM_ROUTE_KEEP_MAX 1024
+#endif
 
 /* The kept counts of this CTA's k-th expert, or NULL: phase B scans again.
  * CTA-uniform; computed again in each phase (a value live across the
@@ -129,9 +132,10 @@ MM_DEVICE void mm_route_publish_call(const mm_layer_view& L, const mm_forward_vi
 }
 
 /* Phases A-C, all threads of every CTA. False when a grid barrier gave up
- * (deadline): the caller skips to the end of the forward. scratch: >= 33
- * ints of shared memory, 64 + MM_ROUTE_KEEP_MAX for the kept counts (both
- * callers pass their pipeline's stage memory, tens of KB). */
+ * (deadline): the caller skips to the end of the forward. scratch:
+ * 64 + MM_ROUTE_KEEP_MAX ints of shared memory (the scans' 33, then the
+ * kept counts; both callers pass their pipeline's stage memory, tens of
+ * KB, and assert its size). */
 MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F, const mm_route_hooks& h,
                                int* scratch) {
   mm_device_status* st = mm_status(L);
@@ -153,8 +157,9 @@ MM_DEVICE bool mm_route_phases(const mm_layer_view& L, const mm_forward_view& F,
   const int64_t slots = (int64_t)F.num_tokens * L.top_k;
   for (int64_t i = (int64_t)blockIdx.x * nthreads + threadIdx.x; i < slots; i += (int64_t)gridDim.x * nthreads)
     mm_route_validate(L, F, i, i + 1);
-  /* Decode sizes: phases A and B in one (every CTA reads all slots in one
-   * round trip and publishes its experts at once; one grid barrier less).
+  /* Up to one batch per warp (mm_route_one_scan): phases A and B in one
+   * (every CTA reads all slots in one round trip and publishes its experts
+   * at once; one grid barrier less).
    * `failed` is then what the status record holds after phase A's barrier:
    * the host's injected error, a dead layer, or a bad index (which every
    * CTA's scan sees, and the validation above records). */
