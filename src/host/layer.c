@@ -549,13 +549,17 @@ megamoe_status megamoe_prepare_weights_in_place(megamoe_layer* l, void* w1, cons
   return MEGAMOE_OK;
 }
 
+/* Part `id` (MM_SYM_INPUT_X or MM_SYM_INPUT_X_SF) of this rank's input
+ * staging region, in its symmetric buffer. */
+static uint8_t* staging_part(const megamoe_layer* l, int id) { return l->view.peer_sym[l->rank] + l->view.offset[id]; }
+
 megamoe_status megamoe_input_staging(megamoe_layer* l, void** x, float** x_sf) {
   mm_clear_error();
   MM_CHECK_NULL(l, "layer");
   MM_CHECK_NULL(x, "x");
   MM_CHECK_NULL(x_sf, "x_sf");
-  *x = l->view.peer_sym[l->rank] + l->view.offset[MM_SYM_INPUT_X];
-  *x_sf = (float*)(l->view.peer_sym[l->rank] + l->view.offset[MM_SYM_INPUT_X_SF]);
+  *x = staging_part(l, MM_SYM_INPUT_X);
+  *x_sf = (float*)staging_part(l, MM_SYM_INPUT_X_SF);
   return MEGAMOE_OK;
 }
 
@@ -573,13 +577,10 @@ static int ranges_meet(const void* p, uint64_t n, const void* base, uint64_t cap
  * same time in the persistent arms) are writing. */
 static megamoe_status check_staging_overlap(const megamoe_layer* l, const void* p, uint64_t n, int own,
                                             const char* name) {
-  const uint64_t T_max = (uint64_t)l->config.max_tokens_per_rank, H = (uint64_t)l->config.hidden;
-  const uint8_t* sym = l->view.peer_sym[l->rank];
-  const uint8_t* part[2] = {sym + l->view.offset[MM_SYM_INPUT_X], sym + l->view.offset[MM_SYM_INPUT_X_SF]};
-  const uint64_t cap[2] = {T_max * H, T_max * (H / 128) * 4};
-  if (p == (const void*)part[own]) return MEGAMOE_OK;
+  static const int ids[2] = {MM_SYM_INPUT_X, MM_SYM_INPUT_X_SF};
+  if (p == (const void*)staging_part(l, ids[own])) return MEGAMOE_OK;
   for (int k = 0; k < 2; ++k)
-    if (ranges_meet(p, n, part[k], cap[k]))
+    if (ranges_meet(p, n, staging_part(l, ids[k]), l->layout.regions[ids[k]].bytes))
       return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
                      "%s overlaps the layer's input staging region (its %s part) without being the start of "
                      "its own part (megamoe_input_staging: pass that pointer itself, or a buffer outside the region)",
@@ -653,8 +654,8 @@ megamoe_status megamoe_forward(megamoe_layer* l, const megamoe_forward_args* a,
      * the staged arm here. */
     const uint64_t H = (uint64_t)l->config.hidden;
     const int64_t T = a->num_tokens;
-    void* stage_x = l->view.peer_sym[l->rank] + l->view.offset[MM_SYM_INPUT_X];
-    float* stage_sf = (float*)(l->view.peer_sym[l->rank] + l->view.offset[MM_SYM_INPUT_X_SF]);
+    void* stage_x = staging_part(l, MM_SYM_INPUT_X);
+    float* stage_sf = (float*)staging_part(l, MM_SYM_INPUT_X_SF);
     if (T > 0 && l->config.arm != MEGAMOE_ARM_STAGED) {
       f.x = a->x != stage_x ? (const uint8_t*)a->x : NULL;
       f.x_sf = a->x_sf != stage_sf ? a->x_sf : NULL;
