@@ -20,6 +20,12 @@
 # planted run is stopped by PLANT_TIMEOUT, and only with --control passing
 # (a timeout of the unplanted build would prove nothing). Give it a short
 # PLANT_TIMEOUT.
+# --prebuild (on the CPU machine, no GPU): builds the planted tree as the GPU
+# run will, compiles its CUDA objects there (scripts/prebuild.sh build=DEFS)
+# and packs them into _prebuilt_plant_NAME.tgz here; carried to the GPU
+# machine, the planted tree there unpacks it and only links (the archive's
+# tree hash covers the plant and the .orig copy, so a different sed or tree
+# leaves it unused and everything compiles there as before).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-/tmp/megamoe-out}
@@ -29,12 +35,14 @@ defs=""
 control=0
 hang=0
 envs=()
+prebuild=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --defs) defs=$2; shift 2 ;;
     --env) envs+=("$2"); shift 2 ;;
     --control) control=1; shift ;;
     --hang) hang=1; shift ;;
+    --prebuild) prebuild=1; shift ;;
     *) break ;;
   esac
 done
@@ -47,19 +55,32 @@ if [ $hang = 1 ] && [ $control = 0 ]; then
   exit 2
 fi
 name=$1 file=$2 expr=$3 filter=$4
-if ! nvidia-smi -L > /dev/null 2>&1; then
+[[ "$name" =~ ^[A-Za-z0-9_]+$ ]] || { echo "plant_check: NAME '$name': letters, digits, _" >&2; exit 2; }
+if [ $prebuild = 0 ] && ! nvidia-smi -L > /dev/null 2>&1; then
   echo "plant_check: no GPU visible" >&2
   exit 77
 fi
 log="$OUT/plant_$name.log"
 tree="/tmp/megamoe_plant_$name"
 rm -rf "$tree" && mkdir -p "$tree"
-tar --exclude=./build --exclude='./build_*' --exclude=./.git -c . | tar -x -C "$tree"
+# The archives stay out of the copy (the planted one is put in place below).
+tar --exclude=./build --exclude='./build_*' --exclude=./.git --exclude='./_prebuilt*.tgz' -c . | tar -x -C "$tree"
 cp "$tree/$file" "$tree/$file.orig"
 sed -i "$expr" "$tree/$file"
 if cmp -s "$tree/$file" "$tree/$file.orig"; then
   echo "plant $name: the sed expression changed nothing in $file" | tee "$log"
   exit 1
+fi
+archive="$PWD/_prebuilt_plant_$name.tgz"
+if [ $prebuild = 1 ]; then
+  (cd "$tree" && scripts/prebuild.sh "build=$defs") || exit 1
+  mv "$tree/_prebuilt.tgz" "$archive" && rm -rf "$tree"
+  echo "plant $name: $(basename "$archive") packed; carry it with the GPU call"
+  exit 0
+fi
+if [ -f "$archive" ]; then
+  cp "$archive" "$tree/_prebuilt.tgz"
+  (cd "$tree" && scripts/prebuild.sh --unpack) >> "$log" 2>&1
 fi
 { echo "plant $name in $file:"; diff "$tree/$file.orig" "$tree/$file"; } > "$log"
 run_tests() { # tree
