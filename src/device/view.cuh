@@ -20,15 +20,6 @@ MM_DEVICE mm_device_status* mm_status(const mm_layer_view& L) {
   return mm_ws<mm_device_status>(L, MM_WS_STATUS);
 }
 
-/* Rows of each local expert under uniform routing, the guess a weight
- * prefetch takes before the routing is known: every rank's T * top_k slots
- * spread evenly over E = ranks * local experts, so R * T * K / E = T * K /
- * local experts per expert (0 for an empty forward). */
-MM_DEVICE int64_t mm_rows_per_expert_guess(const mm_layer_view& L, const mm_forward_view& F) {
-  if (F.num_tokens <= 0 || L.local_experts <= 0) return 0;
-  return ((int64_t)F.num_tokens * L.top_k + L.local_experts - 1) / L.local_experts;
-}
-
 /* Global expert id of slot i of the top-k array, or a value outside [-1, E)
  * (int64 ids that do not fit in 32 bits map to INT32_MIN). */
 MM_DEVICE int32_t mm_topk_at(const mm_forward_view& F, int64_t i) {

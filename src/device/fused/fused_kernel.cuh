@@ -756,14 +756,6 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int warp = (int)mm_warp_uniform((uint32_t)(tid >> 5)); /* the role branches below: warp-uniform */
   const int lane = tid & 31;
   mm_device_status* st = mm_status(L);
-  /* W1 into L2 while the routing runs (a hint, so before the dependency
-   * wait): the first wave is L1 tasks, m-tiles fastest inside segments of
-   * MM_FUSED_SEGMENT_UNITS units (fused.h). */
-  if (MM_WEIGHT_PREFETCH_MB > 0 && tid == 0) {
-    mm_gemm_prefetch_first_wave<T1>(&tm_b1, p1, mm_rows_per_expert_guess(L, F),
-                                    MM_FUSED_UNIT_ROWS / T1::BM * MM_FUSED_SEGMENT_UNITS,
-                                    (int64_t)MM_WEIGHT_PREFETCH_MB << 20);
-  }
   mm_programmatic_launch_prologue(); /* before any global memory access (megamoe_set_programmatic_launch) */
 
   /* A-C. Phase A clears the counter bank of forward f + 1, the one forward

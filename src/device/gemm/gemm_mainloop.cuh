@@ -326,48 +326,6 @@ MM_DEVICE void mm_gemm_load_stage(const mm_gemm_smem& sm, uint32_t s, uint32_t f
   }
 }
 
-/* Weight prefetch for the first wave, before the tiles are known: one
- * thread per CTA, before the routing (kernel 1, the fused kernel) or the
- * dependency wait (kernel 2), so the HBM streams weights while the routing's
- * latency chains run (docs/PERF.md, thirty-eighth session).
- *
- * CTA b takes tile b of the order a scheduler would give if each of the
- * p.num_experts experts had rows_guess rows (the uniform routing's
- * T * top_k / local experts: every rank's tokens spread evenly), m-tiles
- * fastest in groups of group_m (the grouped scheduler's kGroupM, the fused
- * arm's segments). The CTA whose tile is the first of its group's m-tiles
- * on an n-tile asks L2 for that B tile's first K blocks, as many as keep the
- * grid's total within budget_bytes (the first wave's distinct B tiles times
- * what each gets). Only a hint: a wrong guess (skewed routing) costs
- * bandwidth, never a result; the weights are written before the layer's
- * first forward and never by a kernel of it, and L2 is the point of
- * coherence of this GPU, so a line fetched early is never stale. */
-template <class Cfg>
-MM_DEVICE void mm_gemm_prefetch_first_wave(const CUtensorMap* tm_b, const mm_gemm_problem& p, int64_t rows_guess,
-                                           int group_m, int64_t budget_bytes) {
-  if (rows_guess <= 0 || budget_bytes <= 0 || p.num_experts <= 0) return;
-  const int64_t tiles_n = p.n / Cfg::BN;
-  const int64_t mt = (rows_guess + Cfg::BM - 1) / Cfg::BM;
-  const int64_t per_expert = mt * tiles_n;
-  const int64_t wave = min((int64_t)gridDim.x, per_expert * p.num_experts);
-  const int64_t t = blockIdx.x;
-  if (t >= wave) return;
-  const int64_t e = t / per_expert, local = t % per_expert;
-  const int64_t per_group = (int64_t)group_m * tiles_n;
-  const int64_t g = local / per_group, r = local % per_group;
-  const int64_t gsz = min((int64_t)group_m, mt - g * group_m);
-  if (r % gsz != 0) return; /* another CTA's tile of the group reads this B tile first */
-  const int64_t distinct = (wave + min((int64_t)group_m, mt) - 1) / min((int64_t)group_m, mt);
-  const int64_t kb = min((int64_t)(p.k / MM_GEMM_BLOCK_K), budget_bytes / (distinct * Cfg::kStageB));
-  const int32_t b_row = (int32_t)(e * p.n + r / gsz * Cfg::BN);
-  for (int64_t k = 0; k < kb; ++k) mm_tma_prefetch_l2_2d(tm_b, (int32_t)(k * MM_GEMM_BLOCK_K), b_row);
-}
-
-/* The budget of mm_gemm_prefetch_first_wave per GEMM, MiB (0: no prefetch). */
-#ifndef MM_WEIGHT_PREFETCH_MB
-#define MM_WEIGHT_PREFETCH_MB 0
-#endif
-
 /* Producer thread: the K loop of one tile whose A rows are ready. tm_b rows
  * are expert-major (row = e * n + column). False when it gave up (the abort
  * word is set). */

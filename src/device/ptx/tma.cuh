@@ -47,15 +47,6 @@ MM_PTX_DEVICE void mm_tma_load_2d_hint(uint32_t smem_dst, const CUtensorMap* map
       : "memory");
 }
 
-/* Asks L2 to fetch the box at (c0, c1) of map, as mm_tma_load_2d would
- * load it (a hint: nothing lands in shared memory, nothing waits, and a
- * box partly or wholly outside the tensor fetches only what is inside). */
-MM_PTX_DEVICE void mm_tma_prefetch_l2_2d(const CUtensorMap* map, int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"((uint64_t)map), "r"(c0),
-               "r"(c1)
-               : "memory");
-}
-
 /* 2D tile store (bulk-group completion): the box at element coordinates
  * (c0, c1) of map is written from shared memory at smem_src (shared-window
  * address, 1024-byte aligned for the 128-byte swizzle). Parts of the box

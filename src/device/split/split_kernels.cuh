@@ -53,12 +53,6 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int tid = threadIdx.x;
   const int warp = (int)mm_warp_uniform((uint32_t)(tid >> 5)); /* the role branches below: warp-uniform */
   const int lane = tid & 31;
-  /* W1 into L2 while the routing runs (and, launched early, while the
-   * kernel before ours ends): a hint, so before the dependency wait. */
-  if (MM_WEIGHT_PREFETCH_MB > 0 && tid == 0) {
-    mm_gemm_prefetch_first_wave<Cfg>(&tm_b, p, mm_rows_per_expert_guess(L, F), Cfg::kGroupM,
-                                     (int64_t)MM_WEIGHT_PREFETCH_MB << 20);
-  }
   mm_programmatic_launch_prologue(); /* before any global memory access (megamoe_set_programmatic_launch) */
   static_assert(Cfg::kStageA >= (64 + MM_ROUTE_KEEP_MAX) * 4, "the routing's scratch: stage 0 of A");
   if (!mm_split_route(L, F, reinterpret_cast<int*>(sm.a_ptr))) return;
@@ -150,14 +144,6 @@ __global__ void __launch_bounds__(MM_GEMM_THREADS, 1)
   const int tid = threadIdx.x;
   const int warp = (int)mm_warp_uniform((uint32_t)(tid >> 5)); /* the role branches below: warp-uniform */
   const int lane = tid & 31;
-  /* W2 into L2 before the dependency wait: with programmatic launch this
-   * CTA starts as soon as kernel 1's CTA on its SM has left, so the fetch
-   * overlaps kernel 1's last tiles elsewhere (a hint: the weights are not
-   * kernel 1's output). */
-  if (MM_WEIGHT_PREFETCH_MB > 0 && tid == 0) {
-    mm_gemm_prefetch_first_wave<Cfg>(&tm_b, p, mm_rows_per_expert_guess(L, F), Cfg::kGroupM,
-                                     (int64_t)MM_WEIGHT_PREFETCH_MB << 20);
-  }
   mm_programmatic_launch_prologue(); /* kernel 1 has completed from here on */
   if (tid == 0) mm_tl_stamp(L, MM_TL_K2_START); /* with programmatic launch: when kernel 1 completed */
 
