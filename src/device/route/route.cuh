@@ -42,7 +42,9 @@ MM_DEVICE void mm_warp_chunk(int64_t n, int warp, int warps, int64_t* lo, int64_
  * (mm_route_one_scan) up to 12288 slots with 12 warps, 2048 tokens at
  * top-6: published 23.7 -> 20.9 us there on an H100 (docs/PERF.md); the
  * staged arm's route kernels need 127 and 128 registers for it (63 with 16). */
+#ifndef MM_ROUTE_BATCH /* overridable for an A/B against the depth before (16) */
 #define MM_ROUTE_BATCH 32
+#endif
 
 /* The expert ids of the batch of steps at `step0` ([.., hi); -1 past hi). */
 MM_DEVICE void mm_route_load_batch(const mm_forward_view& F, int64_t step0, int64_t hi,

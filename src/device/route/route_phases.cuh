@@ -74,7 +74,9 @@ MM_DEVICE void mm_fused_judge_bound(const mm_layer_view& L, mm_device_status* st
  * store: phase A is bound by the copy (39 us for 8192 x 4096 bytes on an
  * H100 with one load in flight, ~1.9 TB/s read + write; 30.5 us with four:
  * docs/PERF.md, thirty-fifth and thirty-seventh sessions). */
+#ifndef MM_ROUTE_COPY_BATCH /* overridable for an A/B against one load in flight (1) */
 #define MM_ROUTE_COPY_BATCH 4
+#endif
 
 /* Phase B takes each warp's count of its chunk from phase A (the same CTA
  * counted the same expert over the same chunks, and shared memory outlives
