@@ -74,15 +74,23 @@ fi
 archive="$PWD/_prebuilt_plant_$name.tgz"
 if [ $prebuild = 1 ]; then
   (cd "$tree" && scripts/prebuild.sh "build=$defs") || exit 1
-  mv "$tree/_prebuilt.tgz" "$archive" && rm -rf "$tree"
+  mv "$tree/_prebuilt.tgz" "$archive" || exit 1
+  rm -rf "$tree"
   echo "plant $name: $(basename "$archive") packed; carry it with the GPU call"
   exit 0
 fi
-if [ -f "$archive" ]; then
-  cp "$archive" "$tree/_prebuilt.tgz"
-  (cd "$tree" && scripts/prebuild.sh --unpack) >> "$log" 2>&1
-fi
 { echo "plant $name in $file:"; diff "$tree/$file.orig" "$tree/$file"; } > "$log"
+if [ -f "$archive" ]; then
+  # The tree hash covers the sources, not the macros, and make tracks
+  # neither: an archive packed with other --defs would link objects built
+  # without this run's macros. It is used only for the same ones.
+  if [ "$(tar xzf "$archive" -O ./build/.nvcc_defs 2> /dev/null)" = "$defs" ]; then
+    cp "$archive" "$tree/_prebuilt.tgz"
+    (cd "$tree" && scripts/prebuild.sh --unpack) >> "$log" 2>&1
+  else
+    echo "plant $name: $(basename "$archive") was packed with other --defs: not used" | tee -a "$log"
+  fi
+fi
 run_tests() { # tree
   (cd "$1" && make -j"$(nproc)" NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc $defs" build/gpu_tests >> "$log" 2>&1) ||
     return 2
@@ -94,7 +102,7 @@ run_log="$OUT/plant_$name.run.log"
 if [ $control = 1 ]; then
   ctree="/tmp/megamoe_plant_${name}_control"
   rm -rf "$ctree" && mkdir -p "$ctree"
-  tar --exclude=./build --exclude='./build_*' --exclude=./.git -c . | tar -x -C "$ctree"
+  tar --exclude=./build --exclude='./build_*' --exclude=./.git --exclude='./_prebuilt*.tgz' -c . | tar -x -C "$ctree"
   echo "== control (unplanted)" >> "$log"
   run_tests "$ctree"
   crc=$?
