@@ -4,7 +4,7 @@
 # catch it, and passes only when they FAIL (and the unplanted tree's build
 # of the same tests passes, when --control is given).
 #
-#   scripts/plant_check.sh [--defs "-DNAME=V ..."] [--env V=X]... [--control] \
+#   scripts/plant_check.sh [--defs "-DNAME=V ..."] [--env V=X]... [--control] [--hang] [--prebuild] \
 #       NAME FILE SED_EXPR TEST_FILTER
 #
 # FILE, relative to the repository root, gets `sed -i SED_EXPR`; the script
@@ -47,7 +47,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ $# -ne 4 ]; then
-  echo "usage: scripts/plant_check.sh [--defs D] [--env V=X]... [--control] [--hang] NAME FILE SED_EXPR TEST_FILTER" >&2
+  echo "usage: scripts/plant_check.sh [--defs D] [--env V=X]... [--control] [--hang] [--prebuild] NAME FILE SED_EXPR TEST_FILTER" >&2
   exit 2
 fi
 if [ $hang = 1 ] && [ $control = 0 ]; then
