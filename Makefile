@@ -110,7 +110,7 @@ LIBDIR       ?= $(PREFIX)/lib
 INCLUDEDIR   ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-.PHONY: all test unit-test gpu-test sanitize soak faults install install-check fuzz-sanitized clean python python-install
+.PHONY: all test unit-test gpu-test gpu-test-colocated sanitize soak faults install install-check fuzz-sanitized clean python python-install
 all: $(LIB) $(SO) $(UNIT_BIN) $(GPU_BIN) $(FAULT_BIN) $(TOOL_BIN) $(EXAMPLE_BIN)
 
 $(BUILD)/%.o: %.c
@@ -171,6 +171,15 @@ export PYTHON
 # then the fault tests.
 gpu-test: $(GPU_BIN) $(FAULT_BIN) $(SO)
 	tests/run_tests.sh $(BUILD) gpu
+
+# The multi-rank layer suites co-located on one GPU (host/colocated.h: a
+# process and CUDA context per rank, no NCCL, peer buffers through CUDA IPC;
+# the protocols of EP2, no NVLink and no timing): where fewer GPUs are
+# visible than COLOCATED_RANKS (default 2), those rank counts run on GPU 0
+# instead of being skipped. FILTER: the runner's name filter (empty: all).
+COLOCATED_RANKS ?= 2
+gpu-test-colocated: $(GPU_BIN)
+	MEGAMOE_TEST_COLOCATED=1 MEGAMOE_TEST_RANKS=$(COLOCATED_RANKS) $(GPU_BIN) '$(FILTER)'
 
 # Fault tests alone (tests/faults: killed, silent and misconfigured ranks at
 # EP2 with a 1 s deadline; they skip, saying so, with fewer than 2 GPUs).

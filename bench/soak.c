@@ -33,6 +33,7 @@
 
 #include "bench.h"
 #include "cli.h"
+#include "host/colocated.h"
 #include "host/procs.h"
 #include "megamoe.h"
 #include "soak.h"
@@ -349,7 +350,8 @@ static megamoe_layer* make_layer(soak_rank* s, int a, ncclComm_t comm, int64_t* 
   megamoe_config cfg = s->cfg;
   cfg.arm = s->o->arms[a];
   megamoe_layer* layer = NULL;
-  const megamoe_status st = megamoe_create(&cfg, comm, &layer);
+  /* No communicator: co-located ranks (--colocated). */
+  const megamoe_status st = comm ? megamoe_create(&cfg, comm, &layer) : mm_create_colocated(&cfg, &layer);
   *not_built = st == MEGAMOE_ERR_NOT_IMPLEMENTED;
   if (*not_built) return NULL;
   if (st != MEGAMOE_OK) {
@@ -365,8 +367,70 @@ static megamoe_layer* make_layer(soak_rank* s, int a, ncclComm_t comm, int64_t* 
   return layer;
 }
 
+/* Seconds a co-located rank waits for the others at the soak's own
+ * collectives (the reductions, the memory counts): a whole soak may lie
+ * between two of them on a slow rank. */
+#define SOAK_COLOCATED_WAIT_S 3600.0
+
+/* One collective of the co-located group, named `what`; 0 or -1 (said). */
+static int colocated_call(const soak_rank* s, const char* what, const void* mine, size_t bytes, void* all) {
+  const int r = mm_colocated_allgather(mm_colocated_current(NULL), s->rank, mm_colocated_tag(what), mine, bytes, all,
+                                       SOAK_COLOCATED_WAIT_S);
+  if (r == MM_COLOCATED_OK) return 0;
+  fprintf(stderr, "soak rank %d: co-located %s: %s\n", s->rank, what,
+          r == MM_COLOCATED_TIMEOUT ? "a rank did not arrive" : r == MM_COLOCATED_MISMATCH ? "the ranks are out of step"
+                                                                                         : "bad arguments");
+  return -1;
+}
+
+/* Every rank's `bytes` bytes at `mine` into all[R * bytes] (rank order),
+ * through the co-located group in chunks of its slot size. bytes > 0. */
+static int colocated_gather(const soak_rank* s, const void* mine, size_t bytes, void* all) {
+  uint8_t chunk_all[MEGAMOE_MAX_RANKS * MM_COLOCATED_SLOT_BYTES];
+  for (size_t at = 0; at < bytes; at += MM_COLOCATED_SLOT_BYTES) {
+    const size_t n = bytes - at < MM_COLOCATED_SLOT_BYTES ? bytes - at : MM_COLOCATED_SLOT_BYTES;
+    if (colocated_call(s, "soak gather", (const uint8_t*)mine + at, n, chunk_all) != 0) return -1;
+    for (int r = 0; r < s->R; ++r) memcpy((uint8_t*)all + (size_t)r * bytes + at, chunk_all + (size_t)r * n, n);
+  }
+  return 0;
+}
+
+/* Co-located ranks share the device's free memory: every rank counts it
+ * between two barriers, so no rank allocates or frees meanwhile. Otherwise
+ * just the count. */
+static int64_t free_device_bytes_quiet(soak_rank* s, ncclComm_t comm) {
+  if (comm || s->R == 1) return free_device_bytes(s);
+  if (colocated_call(s, "soak memory count", NULL, 0, NULL) != 0) return 0;
+  const int64_t b = free_device_bytes(s);
+  return colocated_call(s, "soak memory count", NULL, 0, NULL) != 0 ? 0 : b;
+}
+
+/* The co-located reduce's gather buffer (every rank's values; the soak's
+ * counters and statistics are a few hundred bytes per rank). */
+static uint8_t reduce_scratch[MEGAMOE_MAX_RANKS * 16384];
+
 static int reduce(soak_rank* s, ncclComm_t comm, void* values, size_t n, ncclDataType_t type, size_t elem,
                   ncclRedOp_t op) {
+  if (!comm && s->R > 1) { /* co-located: gather on the host, reduce here (the two reductions the soak makes) */
+    if (!((type == ncclInt64 && op == ncclSum) || (type == ncclFloat64 && op == ncclMax)) ||
+        elem * n > sizeof reduce_scratch / MEGAMOE_MAX_RANKS) {
+      fprintf(stderr, "soak rank %d: co-located reduce of %zu x %zu bytes: not supported\n", s->rank, n, elem);
+      return -1; /* the same on every rank: a bug in the caller, not a rank out of step */
+    }
+    void* all = reduce_scratch;
+    const int rc = colocated_gather(s, values, elem * n, all);
+    for (size_t i = 0; rc == 0 && i < n; ++i)
+      for (int r = 0; r < s->R; ++r) {
+        if (r == s->rank) continue;
+        if (type == ncclInt64) ((int64_t*)values)[i] += ((const int64_t*)all)[(size_t)r * n + i];
+        else {
+          const double v = ((const double*)all)[(size_t)r * n + i];
+          if (v > ((double*)values)[i]) ((double*)values)[i] = v;
+        }
+      }
+    return rc;
+  }
+  if (!comm) return 0; /* one co-located rank: nothing to reduce */
   void* d = NULL;
   int ok = CU(s, cudaMalloc(&d, elem * n), -1) && CU(s, cudaMemcpy(d, values, elem * n, cudaMemcpyHostToDevice), -1);
   ok = ok && ncclAllReduce(d, d, n, type, op, comm, s->stream) == ncclSuccess;
@@ -376,6 +440,7 @@ static int reduce(soak_rank* s, ncclComm_t comm, void* values, size_t n, ncclDat
 }
 
 static int gather(soak_rank* s, ncclComm_t comm, const int64_t* mine, int64_t* all, size_t n) {
+  if (!comm) return s->R > 1 ? colocated_gather(s, mine, sizeof(int64_t) * n, all) : (memcpy(all, mine, sizeof(int64_t) * n), 0);
   int64_t* d = NULL;
   int ok = CU(s, cudaMalloc((void**)&d, sizeof(int64_t) * n * (size_t)(s->R + 1)), -1) &&
            CU(s, cudaMemcpy(d, mine, sizeof(int64_t) * n, cudaMemcpyHostToDevice), -1);
@@ -452,8 +517,8 @@ static int soak_rank_main(int rank, int num_ranks, const ncclUniqueId* id, void*
   s->cfg.quant_group = o->group;
   s->cfg.timeout_s = SOAK_TIMEOUT_S;
   s->y_bytes = sizeof(uint16_t) * (size_t)(o->max_tokens * o->hidden) + SOAK_GUARD_BYTES;
-  ncclComm_t comm = NULL;
-  if (megamoe_comm_create(rank, num_ranks, id, &comm) != MEGAMOE_OK) {
+  ncclComm_t comm = NULL; /* stays NULL for co-located ranks (no id): they create through the group */
+  if (id && megamoe_comm_create(rank, num_ranks, id, &comm) != MEGAMOE_OK) {
     fprintf(stderr, "soak rank %d: %s\n", rank, megamoe_last_error());
     return 3;
   }
@@ -482,7 +547,7 @@ static int soak_rank_main(int rank, int num_ranks, const ncclUniqueId* id, void*
   }
 
   /* The soak: one layer per arm, every call on each. */
-  const int64_t mem0 = free_device_bytes(s), fd0 = open_fds();
+  const int64_t mem0 = free_device_bytes_quiet(s, comm), fd0 = open_fds();
   megamoe_layer* layers[MEGAMOE_ARM_COUNT] = {NULL};
   int not_built = 0;
   for (int a = 0; a < o->num_arms; ++a)
@@ -499,7 +564,7 @@ static int soak_rank_main(int rank, int num_ranks, const ncclUniqueId* id, void*
   const double soak_s = now_s() - t0;
   for (int a = 0; a < o->num_arms; ++a)
     if (layers[a] && megamoe_destroy(layers[a]) != MEGAMOE_OK) s->count[a][C_ERRORS]++;
-  const int64_t mem1 = free_device_bytes(s), fd1 = open_fds();
+  const int64_t mem1 = free_device_bytes_quiet(s, comm), fd1 = open_fds();
 
   /* Create/prepare/forward/destroy cycles, the arms in turn. */
   int num_built = 0, built_slot[MEGAMOE_ARM_COUNT];
@@ -514,7 +579,7 @@ static int soak_rank_main(int rank, int num_ranks, const ncclUniqueId* id, void*
     if (layer && forward_once(s, layer, &call, a) != MEGAMOE_OK) drift[D_CYCLE_ERRORS]++;
     if (layer && megamoe_destroy(layer) != MEGAMOE_OK) drift[D_CYCLE_ERRORS]++;
   }
-  const int64_t mem2 = free_device_bytes(s), fd2 = open_fds();
+  const int64_t mem2 = free_device_bytes_quiet(s, comm), fd2 = open_fds();
   drift[D_MEM_SOAK] = mem0 - mem1;
   drift[D_MEM_CYCLES] = mem1 - mem2;
   drift[D_FD_SOAK] = fd1 - fd0;
@@ -533,13 +598,15 @@ static int soak_rank_main(int rank, int num_ranks, const ncclUniqueId* id, void*
   }
   teardown(s);
   cudaStreamDestroy(s->stream);
-  ncclCommDestroy(comm);
+  if (comm) ncclCommDestroy(comm);
   free(s);
   return 0;
 }
 
 int soak_run(soak_opts* o, int gpus) {
-  const int picked = mm_cli_pick_ranks("soak", &o->ranks, gpus);
+  if (o->colocated && gpus >= 1 && o->ranks == 0) o->ranks = 2;
+  /* Co-located ranks need one GPU, whatever their count. */
+  const int picked = mm_cli_pick_ranks("soak", &o->ranks, o->colocated && gpus >= 1 ? o->ranks : gpus);
   if (picked != MM_EXIT_OK) return picked;
   megamoe_config cfg = megamoe_config_make(o->hidden, o->intermediate, o->experts, o->top_k, o->max_tokens);
   cfg.quant_group = o->group;
@@ -553,11 +620,11 @@ int soak_run(soak_opts* o, int gpus) {
                     "runs on wgmma); unset it\n");
     return MM_EXIT_USAGE;
   }
-  printf("megamoe soak: H %lld, I %lld, %d experts (%d per rank), top-%d, T_max %lld, G %d, %d rank(s), seed %llu; "
+  printf("megamoe soak: H %lld, I %lld, %d experts (%d per rank), top-%d, T_max %lld, G %d, %d rank(s)%s, seed %llu; "
          "%lld calls per arm, the CPU reference every %lld calls, %d create/destroy cycles\n",
          (long long)o->hidden, (long long)o->intermediate, o->experts, o->experts / o->ranks, o->top_k,
-         (long long)o->max_tokens, o->group, o->ranks, (unsigned long long)o->seed, (long long)o->calls,
-         (long long)o->ref_every, o->cycles);
+         (long long)o->max_tokens, o->group, o->ranks, o->colocated ? " co-located on GPU 0" : "",
+         (unsigned long long)o->seed, (long long)o->calls, (long long)o->ref_every, o->cycles);
   fflush(stdout);
   int fds[2];
   if (pipe(fds) != 0) {
@@ -566,7 +633,8 @@ int soak_run(soak_opts* o, int gpus) {
   }
   soak_ctx ctx = {o, fds[1]};
   /* The layers' deadlines end a hung forward; this one ends a hung run. */
-  const int rc = mm_run_ranks(o->ranks, 3600.0 + 0.5 * (double)o->calls, soak_rank_main, &ctx);
+  const mm_ranks_options run = {3600.0 + 0.5 * (double)o->calls, 0.0, o->colocated ? MM_RANKS_COLOCATED : 0};
+  const int rc = mm_run_ranks_opt(o->ranks, &run, soak_rank_main, &ctx, NULL);
   close(fds[1]);
   char verdict = 1;
   const int got = (int)read(fds[0], &verdict, 1);

@@ -27,7 +27,8 @@ extern "C" {
 typedef struct soak_opts {
   int64_t hidden, intermediate, max_tokens; /* H, I, T_max */
   int experts, top_k, group;                /* E in total, K, G */
-  int ranks;                                /* 0: every visible GPU */
+  int ranks;                                /* 0: every visible GPU (2 with colocated) */
+  int colocated;                            /* --colocated: every rank on GPU 0 (host/colocated.h) */
   int64_t calls;                            /* forwards per arm */
   int64_t ref_every;                        /* the CPU reference every this many calls (0: never) */
   int cycles;                               /* create/destroy cycles after the soak */

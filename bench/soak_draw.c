@@ -27,6 +27,8 @@ int soak_parse(int argc, char** argv, soak_opts* o) {
       bad = mm_cli_int64("soak", a, mm_cli_value("soak", argc, argv, &i), 1, SOAK_MAX_CALLS, &o->calls);
     else if (!strcmp(a, "--ranks"))
       bad = mm_cli_int("soak", a, mm_cli_value("soak", argc, argv, &i), 1, MEGAMOE_MAX_RANKS, &o->ranks);
+    else if (!strcmp(a, "--colocated"))
+      bad = 0, o->colocated = 1;
     else if (!strcmp(a, "--hidden"))
       bad = mm_cli_int64("soak", a, mm_cli_value("soak", argc, argv, &i), 1, MEGAMOE_MAX_HIDDEN, &o->hidden);
     else if (!strcmp(a, "--intermediate"))

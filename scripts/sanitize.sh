@@ -28,6 +28,7 @@
 # output (runner.txt) there; the lines also go to $OUT/summary.txt.
 # Environment: SANITIZE_DIR (the --out default, BUILD/sanitize),
 # SANITIZE_TIMEOUT (seconds per run, 400), COMPUTE_SANITIZER (the binary),
+# MEGAMOE_TEST_COLOCATED=1 (one GPU: the layer targets at EP2 too, co-located),
 # MEGAMOE_TEST_SEED (1), SANITIZE_LAYER_FILTER, SANITIZE_GEMM_FILTER (the
 # runner's name filters), SANITIZE_SUPP (the suppression file).
 set -uo pipefail
@@ -78,6 +79,9 @@ if [ -z "$gpus" ]; then
 fi
 ranks=1 control_ranks=1
 if [ "$gpus" -ge 2 ]; then ranks=1,2 control_ranks=2; fi
+# MEGAMOE_TEST_COLOCATED=1 on one GPU: the layer targets' EP2 half runs
+# co-located (docs/RELIABILITY.md section 5); the controls stay one rank.
+if [ "$gpus" -eq 1 ] && [ "${MEGAMOE_TEST_COLOCATED:-}" = 1 ]; then ranks=1,2; fi
 
 # ---- scripts/sanitize.supp ----------------------------------------------------
 supp_file=${SANITIZE_SUPP:-scripts/sanitize.supp}

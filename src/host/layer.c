@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "colocated.h"
 #include "config.h"
 #include "contract.h"
 #include "device/gemm/gemm.h"
@@ -21,9 +22,11 @@
 struct megamoe_layer {
   megamoe_config config;
   int rank, num_ranks, device;
-  ncclComm_t comm;
+  ncclComm_t comm;       /* NCCL ranks, or NULL when co-located */
+  mm_colocated* colocated; /* co-located ranks (colocated.h), or NULL */
+  void* peer_mapped[MM_MAX_RANKS]; /* co-located: the peers' symmetric buffers as opened by CUDA IPC */
   mm_layout layout;
-  void* symmetric;       /* ncclMemAlloc + symmetric window; plain cudaMalloc with one rank */
+  void* symmetric;       /* ncclMemAlloc + symmetric window; plain cudaMalloc with one rank or co-located */
   int symmetric_is_nccl;
   ncclWindow_t window;
   int window_registered;
@@ -112,11 +115,36 @@ static mm_gemm_engine engine_from_env(void) {
   return MM_GEMM_ENGINE_WGMMA;
 }
 
+/* How create reaches the other ranks: an NCCL communicator, or a co-located
+ * group (colocated.h). */
+typedef struct create_group {
+  ncclComm_t comm;          /* NCCL ranks, or NULL */
+  mm_colocated* colocated;  /* co-located ranks, or NULL */
+  int rank, num_ranks;
+} create_group;
+
 /* Frees what exists; safe on a partly created layer. Deregistering is
  * collective, so on a partly created layer it only runs when every rank got
  * as far (the window flag is set after the all-rank agreement). */
+static megamoe_status colocated_barrier(megamoe_layer* l, const char* what);
+
 static megamoe_status release(megamoe_layer* l, int collective) {
   megamoe_status st = MEGAMOE_OK;
+  /* Co-located: this rank's mappings of its peers' buffers go first; then,
+   * when collective, every rank waits until every rank has closed its own
+   * (as the collective window deregistration), so no buffer is freed while
+   * a peer still maps it. */
+  for (int p = 0; p < MM_MAX_RANKS; ++p) {
+    if (!l->peer_mapped[p]) continue;
+    cudaError_t e = cudaIpcCloseMemHandle(l->peer_mapped[p]);
+    if (e != cudaSuccess && st == MEGAMOE_OK)
+      st = mm_fail(MEGAMOE_ERR_CUDA, "cudaIpcCloseMemHandle (rank %d's buffer): %s", p, cudaGetErrorString(e));
+    l->peer_mapped[p] = NULL;
+  }
+  if (l->colocated && collective) {
+    megamoe_status b = colocated_barrier(l, "destroy");
+    if (b != MEGAMOE_OK && st == MEGAMOE_OK) st = b;
+  }
   if (l->window_registered && collective) {
     ncclResult_t r = ncclCommWindowDeregister(l->comm, l->window);
     if (r != ncclSuccess)
@@ -146,15 +174,50 @@ static megamoe_status release(megamoe_layer* l, int collective) {
   return st;
 }
 
+/* Seconds a co-located rank waits for the others in create's and destroy's
+ * host collectives (the NCCL path's collectives wait without a limit; a
+ * rank may reach them after host work of its own, e.g. a reference check,
+ * or after kernels slowed by compute-sanitizer). */
+#define MM_COLOCATED_HOST_TIMEOUT_S 600.0
+
+/* The co-located group's allgather (colocated.h) as a status. */
+static megamoe_status colocated_allgather(mm_colocated* g, int rank, const void* mine, size_t bytes, void* all,
+                                          const char* what) {
+  const int r = mm_colocated_allgather(g, rank, mm_colocated_tag(what), mine, bytes, all, MM_COLOCATED_HOST_TIMEOUT_S);
+  if (r == MM_COLOCATED_TIMEOUT)
+    return mm_fail(MEGAMOE_ERR_TIMEOUT, "co-located ranks, %s: a rank did not arrive within %.0f s (or the group broke earlier)",
+                   what, MM_COLOCATED_HOST_TIMEOUT_S);
+  if (r == MM_COLOCATED_MISMATCH)
+    return mm_fail(MEGAMOE_ERR_INTERNAL, "co-located ranks, %s: another rank made a different call in this round "
+                   "(the ranks are out of step)", what);
+  if (r != MM_COLOCATED_OK)
+    return mm_fail(MEGAMOE_ERR_INTERNAL, "co-located ranks, %s: bad arguments (rank %d, %zu bytes: at most %d)", what,
+                   rank, bytes, MM_COLOCATED_SLOT_BYTES);
+  return MEGAMOE_OK;
+}
+
+static megamoe_status colocated_barrier(megamoe_layer* l, const char* what) {
+  return colocated_allgather(l->colocated, l->rank, NULL, 0, NULL, what);
+}
+
 /* Every rank learns whether all ranks succeeded so far (a failure on one rank
  * must not leave the others inside the next collective). */
-static megamoe_status agree(megamoe_layer* l, megamoe_status local) {
-  int* d_flag = NULL;
+static megamoe_status agree_group(const create_group* g, megamoe_status local) {
   int flag = local == MEGAMOE_OK ? 1 : 0;
+  if (g->colocated) {
+    int flags[MM_MAX_RANKS];
+    MM_TRY(colocated_allgather(g->colocated, g->rank, &flag, sizeof flag, flags, "create agreement"));
+    for (int p = 0; p < g->num_ranks; ++p) flag = flag && flags[p];
+    if (local != MEGAMOE_OK) return local;
+    if (!flag) return mm_fail(MEGAMOE_ERR_PEER_FAILED, "megamoe_create failed on another rank");
+    return MEGAMOE_OK;
+  }
+  ncclComm_t comm = g->comm;
+  int* d_flag = NULL;
   CUDA_TRY(cudaMalloc((void**)&d_flag, sizeof(int)));
   cudaError_t ce = cudaMemcpy(d_flag, &flag, sizeof flag, cudaMemcpyHostToDevice);
   ncclResult_t nr = ncclSuccess;
-  if (ce == cudaSuccess) nr = ncclAllReduce(d_flag, d_flag, 1, ncclInt32, ncclMin, l->comm, 0);
+  if (ce == cudaSuccess) nr = ncclAllReduce(d_flag, d_flag, 1, ncclInt32, ncclMin, comm, 0);
   if (ce == cudaSuccess && nr == ncclSuccess) ce = cudaMemcpy(&flag, d_flag, sizeof flag, cudaMemcpyDeviceToHost);
   cudaFree(d_flag);
   if (nr != ncclSuccess) return mm_fail(MEGAMOE_ERR_NCCL, "ncclAllReduce (create agreement): %s", ncclGetErrorString(nr));
@@ -162,6 +225,11 @@ static megamoe_status agree(megamoe_layer* l, megamoe_status local) {
   if (local != MEGAMOE_OK) return local;
   if (!flag) return mm_fail(MEGAMOE_ERR_PEER_FAILED, "megamoe_create failed on another rank");
   return MEGAMOE_OK;
+}
+
+static megamoe_status agree(megamoe_layer* l, megamoe_status local) {
+  const create_group g = {l->comm, l->colocated, l->rank, l->num_ranks};
+  return agree_group(&g, local);
 }
 
 /* The persistent arms' diagnostic timeline (timeline.h), on request:
@@ -271,9 +339,12 @@ static megamoe_status finish_create(megamoe_layer* l, megamoe_layer** layer_out)
 }
 
 /* Every rank's config print (config.h) on every rank, through one NCCL
- * allgather on the current device. */
-static megamoe_status gather_prints(ncclComm_t comm, int num_ranks, int rank, const mm_config_print* mine,
-                                    mm_config_print* all) {
+ * allgather on the current device, or the co-located group's. */
+static megamoe_status gather_prints(const create_group* g, const mm_config_print* mine, mm_config_print* all) {
+  const int num_ranks = g->num_ranks, rank = g->rank;
+  ncclComm_t comm = g->comm;
+  _Static_assert(sizeof(mm_config_print) <= MM_COLOCATED_SLOT_BYTES, "a config print fits a co-located slot");
+  if (g->colocated) return colocated_allgather(g->colocated, rank, mine, sizeof *mine, all, "config exchange");
   mm_config_print* d_all = NULL;
   const size_t bytes = sizeof(mm_config_print) * (size_t)num_ranks;
   CUDA_TRY(cudaMalloc((void**)&d_all, bytes));
@@ -293,40 +364,65 @@ static megamoe_status gather_prints(ncclComm_t comm, int num_ranks, int rank, co
  * config (or a NULL one) would otherwise return alone while its peers wait
  * in the next collective forever, or register windows of another size.
  * `local` is this rank's own argument status (its message is current). */
-static megamoe_status same_config_everywhere(const megamoe_config* config, megamoe_status local, ncclComm_t comm,
-                                             int num_ranks, int rank) {
+static megamoe_status same_config_everywhere(const megamoe_config* config, megamoe_status local,
+                                             const create_group* g) {
+  const int num_ranks = g->num_ranks, rank = g->rank;
   char local_message[512];
   snprintf(local_message, sizeof local_message, "%s", megamoe_last_error());
   mm_config_print mine, all[MM_MAX_RANKS];
   mm_config_print_make(config, local, &mine);
-  MM_TRY(gather_prints(comm, num_ranks, rank, &mine, all));
+  MM_TRY(gather_prints(g, &mine, all));
   if (local != MEGAMOE_OK) return mm_fail(local, "%s", local_message);
   return mm_config_prints_compare(all, num_ranks, rank);
 }
+
+static megamoe_status create_layer(const megamoe_config* config, const create_group* g, megamoe_layer** layer_out);
+static megamoe_status map_colocated_peers(megamoe_layer* l, uint8_t** peers);
 
 megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
                               megamoe_layer** layer_out) {
   mm_clear_error();
   MM_CHECK_NULL(comm, "comm"); /* without it this rank cannot tell its peers anything */
   if (layer_out) *layer_out = NULL;
-  int num_ranks = 0, rank = 0;
-  NCCL_TRY(ncclCommCount(comm, &num_ranks));
-  NCCL_TRY(ncclCommUserRank(comm, &rank));
-  if (num_ranks < 1 || num_ranks > MEGAMOE_MAX_RANKS) /* the same on every rank: nobody waits */
-    return mm_fail(MEGAMOE_ERR_BAD_RANKS, "comm has %d ranks: megamoe runs on 1 to %d", num_ranks, MEGAMOE_MAX_RANKS);
+  create_group g = {comm, NULL, 0, 0};
+  NCCL_TRY(ncclCommCount(comm, &g.num_ranks));
+  NCCL_TRY(ncclCommUserRank(comm, &g.rank));
+  if (g.num_ranks < 1 || g.num_ranks > MEGAMOE_MAX_RANKS) /* the same on every rank: nobody waits */
+    return mm_fail(MEGAMOE_ERR_BAD_RANKS, "comm has %d ranks: megamoe runs on 1 to %d", g.num_ranks, MEGAMOE_MAX_RANKS);
+  return create_layer(config, &g, layer_out);
+}
+
+megamoe_status mm_create_colocated(const megamoe_config* config, megamoe_layer** layer_out) {
+  mm_clear_error();
+  if (layer_out) *layer_out = NULL;
+  create_group g = {NULL, NULL, 0, 0};
+  g.colocated = mm_colocated_current(&g.rank);
+  if (!g.colocated)
+    return mm_fail(MEGAMOE_ERR_BAD_ARGUMENT,
+                   "mm_create_colocated: this process is not a co-located rank (mm_run_ranks_opt with MM_RANKS_COLOCATED)");
+  g.num_ranks = mm_colocated_ranks(g.colocated);
+  return create_layer(config, &g, layer_out);
+}
+
+/* megamoe_create once the ranks are known (every rank of g calls it). */
+static megamoe_status create_layer(const megamoe_config* config, const create_group* g, megamoe_layer** layer_out) {
+  const int num_ranks = g->num_ranks, rank = g->rank;
+  ncclComm_t comm = g->comm;
   megamoe_status local = MEGAMOE_OK;
   if (!config) local = mm_fail(MEGAMOE_ERR_NULL_POINTER, "config is NULL");
   else if (!layer_out) local = mm_fail(MEGAMOE_ERR_NULL_POINTER, "layer_out is NULL");
-  if (num_ranks > 1) MM_TRY(same_config_everywhere(config, local, comm, num_ranks, rank));
+  if (num_ranks > 1) MM_TRY(same_config_everywhere(config, local, g));
   MM_TRY(local);
   /* Config errors are the same on every rank now (same config): return at once. */
   MM_TRY(megamoe_check_config(config, num_ranks));
   megamoe_layer* l = (megamoe_layer*)calloc(1, sizeof *l);
-  if (!l) return mm_fail(MEGAMOE_ERR_OUT_OF_MEMORY, "layer object");
+  /* Still in the agreement every other rank makes next, so none waits in it. */
+  if (!l) return agree_group(g, mm_fail(MEGAMOE_ERR_OUT_OF_MEMORY, "layer object"));
   l->config = *config;
   l->rank = rank;
   l->num_ranks = num_ranks;
   l->comm = comm;
+  l->colocated = g->colocated;
   l->engine = engine_from_env();
   l->early_combine_mode = mm_env_int("MEGAMOE_EARLY_COMBINE", 0, 2, MM_EARLY_COMBINE_AUTO);
   megamoe_status st = mm_layout_compute(config, num_ranks, &l->layout);
@@ -347,16 +443,17 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
   /* Every GEMM tile the arm can pick fits this device: a config create
    * accepts never fails at forward. */
   if (st == MEGAMOE_OK) st = mm_plan_check(config, num_ranks);
-  if (st == MEGAMOE_OK) st = mm_lsa_team_size(comm, &lsa);
-  if (st == MEGAMOE_OK && lsa != num_ranks)
+  /* Co-located ranks share one device: every buffer is reachable. */
+  if (st == MEGAMOE_OK && !g->colocated) st = mm_lsa_team_size(comm, &lsa);
+  if (st == MEGAMOE_OK && !g->colocated && lsa != num_ranks)
     st = mm_fail(MEGAMOE_ERR_NO_PEER_ACCESS,
                  "comm: only %d of %d ranks share this rank's NVLink load/store domain "
                  "(megamoe needs every rank reachable by peer loads and stores)",
                  lsa, num_ranks);
   if (st == MEGAMOE_OK) st = allocate_local(l);
-  if (st == MEGAMOE_OK && num_ranks == 1) {
+  if (st == MEGAMOE_OK && (num_ranks == 1 || g->colocated)) {
     /* No peers: nothing to register (NCCL sets up no load/store window for a
-     * one-rank communicator). */
+     * one-rank communicator). Co-located: the peers map it through CUDA IPC. */
     cudaError_t e = cudaMalloc(&l->symmetric, l->layout.symmetric_bytes);
     if (e != cudaSuccess)
       st = mm_fail(MEGAMOE_ERR_OUT_OF_MEMORY, "cudaMalloc(symmetric buffer, %llu bytes): %s",
@@ -388,6 +485,18 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
     build_view(l, peers);
     return finish_create(l, layer_out);
   }
+  if (g->colocated) {
+    st = map_colocated_peers(l, peers);
+    if (st != MEGAMOE_OK) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", megamoe_last_error());
+      release(l, 1); /* every rank saw the same verdict, so every rank is here: the barrier keeps
+                        each buffer until its peers closed their mappings (at once on a broken group) */
+      return mm_fail(st, "%s", msg);
+    }
+    build_view(l, peers);
+    return finish_create(l, layer_out);
+  }
   ncclResult_t r = ncclCommWindowRegister(comm, l->symmetric, l->layout.symmetric_bytes, &l->window,
                                           NCCL_WIN_COLL_SYMMETRIC);
   if (r != ncclSuccess) {
@@ -404,6 +513,41 @@ megamoe_status megamoe_create(const megamoe_config* config, ncclComm_t comm,
   }
   build_view(l, peers);
   return finish_create(l, layer_out);
+}
+
+/* Co-located ranks: every rank's symmetric buffer in every rank's address
+ * space (peers[p]; this rank's own at peers[rank]), by CUDA IPC handles
+ * exchanged through the group. Collective: two allgathers (the handles,
+ * then whether every rank opened every other's), so every rank returns the
+ * same verdict and a failure leaves no rank waiting. */
+static megamoe_status map_colocated_peers(megamoe_layer* l, uint8_t** peers) {
+  typedef struct handle_entry {
+    int ok;
+    cudaIpcMemHandle_t handle;
+  } handle_entry;
+  _Static_assert(sizeof(handle_entry) <= MM_COLOCATED_SLOT_BYTES, "an IPC handle fits a co-located slot");
+  handle_entry mine, all[MM_MAX_RANKS];
+  memset(&mine, 0, sizeof mine);
+  cudaError_t e = cudaIpcGetMemHandle(&mine.handle, l->symmetric);
+  megamoe_status st = MEGAMOE_OK;
+  if (e != cudaSuccess) st = mm_fail(MEGAMOE_ERR_CUDA, "cudaIpcGetMemHandle (symmetric buffer): %s", cudaGetErrorString(e));
+  mine.ok = st == MEGAMOE_OK;
+  MM_TRY(colocated_allgather(l->colocated, l->rank, &mine, sizeof mine, all, "IPC handle exchange"));
+  for (int p = 0; p < l->num_ranks && st == MEGAMOE_OK; ++p) {
+    if (!all[p].ok) {
+      st = mm_fail(MEGAMOE_ERR_PEER_FAILED, "co-located rank %d could not export its symmetric buffer", p);
+    } else if (p == l->rank) {
+      peers[p] = (uint8_t*)l->symmetric;
+    } else {
+      void* mapped = NULL;
+      e = cudaIpcOpenMemHandle(&mapped, all[p].handle, cudaIpcMemLazyEnablePeerAccess);
+      if (e != cudaSuccess)
+        st = mm_fail(MEGAMOE_ERR_CUDA, "cudaIpcOpenMemHandle (rank %d's symmetric buffer): %s", p, cudaGetErrorString(e));
+      else
+        l->peer_mapped[p] = peers[p] = (uint8_t*)mapped;
+    }
+  }
+  return agree(l, st);
 }
 
 megamoe_status mm_layer_timeline(const megamoe_layer* l, uint64_t* host, int max_ctas, int* ctas) {

@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "colocated.h"
 #include "megamoe.h"
 
 static double now_s(void) {
@@ -123,11 +124,13 @@ static void end_children(pid_t* pids, int* alive, int n, mm_ranks_report* report
 static int child_main(int rank, int num_ranks, int flags, int id_out_fd, int id_in_fd, mm_rank_fn fn,
                       void* ctx) {
   if (flags & MM_RANKS_NO_GPU) return fn(rank, num_ranks, NULL, ctx);
-  cudaError_t e = cudaSetDevice(rank);
+  const int device = flags & MM_RANKS_COLOCATED ? 0 : rank;
+  cudaError_t e = cudaSetDevice(device);
   if (e != cudaSuccess) {
-    fprintf(stderr, "rank %d: cudaSetDevice(%d): %s\n", rank, rank, cudaGetErrorString(e));
+    fprintf(stderr, "rank %d: cudaSetDevice(%d): %s\n", rank, device, cudaGetErrorString(e));
     return 3;
   }
+  if (flags & MM_RANKS_COLOCATED) return fn(rank, num_ranks, NULL, ctx);
   ncclUniqueId id;
   if (rank == 0) {
     ncclResult_t r = ncclGetUniqueId(&id);
@@ -142,6 +145,9 @@ static int child_main(int rank, int num_ranks, int flags, int id_out_fd, int id_
   }
   return fn(rank, num_ranks, &id, ctx);
 }
+
+static int run_children(int num_ranks, double deadline_s, double grace_s, int flags, mm_colocated* group,
+                        mm_rank_fn fn, void* ctx, mm_ranks_report* report);
 
 int mm_run_ranks(int num_ranks, double deadline_s, mm_rank_fn fn, void* ctx) {
   return mm_run_ranks_ex(num_ranks, deadline_s, 0, fn, ctx);
@@ -164,11 +170,41 @@ int mm_run_ranks_opt(int num_ranks, const mm_ranks_options* o, mm_rank_fn fn, vo
   const double deadline_s = o->deadline_s, grace_s = o->grace_s > 0 ? o->grace_s : 0.0;
   const int flags = o->flags;
   setenv("NCCL_NVLS_ENABLE", "0", 1);
+  mm_colocated* group = NULL;
+  if (flags & MM_RANKS_COLOCATED) {
+    group = mm_colocated_create(num_ranks);
+    if (!group) {
+      fprintf(stderr, "mm_run_ranks: mapping the co-located group failed\n");
+      return MM_RANKS_LAUNCH_FAILED;
+    }
+  }
+  const int result = run_children(num_ranks, deadline_s, grace_s, flags, group, fn, ctx, report);
+  mm_colocated_destroy(group);
+  return result;
+}
+
+/* Closes the launcher's pipes: id_up and the first n of id_down (a launch
+ * that failed before any child owns them). */
+static void close_pipes(int id_up[2], int id_down[][2], int n) {
+  close(id_up[0]);
+  close(id_up[1]);
+  for (int r = 0; r < n; ++r) {
+    close(id_down[r][0]);
+    close(id_down[r][1]);
+  }
+}
+
+/* mm_run_ranks_opt after its checks: fork, relay the id, watch. */
+static int run_children(int num_ranks, double deadline_s, double grace_s, int flags, mm_colocated* group,
+                        mm_rank_fn fn, void* ctx, mm_ranks_report* report) {
   int id_up[2];   /* child 0 -> parent */
   int id_down[MEGAMOE_MAX_RANKS][2]; /* parent -> child r */
   if (pipe(id_up) != 0) return MM_RANKS_LAUNCH_FAILED;
   for (int r = 0; r < num_ranks; ++r)
-    if (pipe(id_down[r]) != 0) return MM_RANKS_LAUNCH_FAILED;
+    if (pipe(id_down[r]) != 0) {
+      close_pipes(id_up, id_down, r);
+      return MM_RANKS_LAUNCH_FAILED;
+    }
   pid_t pids[MEGAMOE_MAX_RANKS];
   int alive[MEGAMOE_MAX_RANKS] = {0};
   fflush(NULL);
@@ -177,6 +213,7 @@ int mm_run_ranks_opt(int num_ranks, const mm_ranks_options* o, mm_rank_fn fn, vo
     if (pid < 0) {
       perror("fork");
       end_children(pids, alive, r, report);
+      close_pipes(id_up, id_down, num_ranks);
       return MM_RANKS_LAUNCH_FAILED;
     }
     if (pid == 0) {
@@ -186,6 +223,7 @@ int mm_run_ranks_opt(int num_ranks, const mm_ranks_options* o, mm_rank_fn fn, vo
         close(id_down[q][1]);
         if (q != r) close(id_down[q][0]);
       }
+      mm_colocated_set_current(group, r);
       int code = child_main(r, num_ranks, flags, id_up[1], id_down[r][0], fn, ctx);
       fflush(NULL);
       _exit(code);
@@ -201,7 +239,7 @@ int mm_run_ranks_opt(int num_ranks, const mm_ranks_options* o, mm_rank_fn fn, vo
   int result = 0;
   /* Relay the unique id (or give up if rank 0 never sends one). */
   ncclUniqueId id;
-  const int have_id = !(flags & MM_RANKS_NO_GPU) && read_full(id_up[0], &id, sizeof id, start + 120) == 0;
+  const int have_id = !(flags & (MM_RANKS_NO_GPU | MM_RANKS_COLOCATED)) && read_full(id_up[0], &id, sizeof id, start + 120) == 0;
   for (int r = 1; r < num_ranks; ++r) {
     if (have_id) write_full(id_down[r][1], &id, sizeof id);
     close(id_down[r][1]);

@@ -19,7 +19,8 @@
 extern "C" {
 #endif
 
-/* Body of one rank. The device (cudaSetDevice(rank)) is already selected.
+/* Body of one rank. The device (cudaSetDevice(rank); device 0 with
+ * MM_RANKS_COLOCATED; none with MM_RANKS_NO_GPU) is already selected.
  * Returns the child's exit code (0 = success). */
 typedef int (*mm_rank_fn)(int rank, int num_ranks, const ncclUniqueId* id, void* ctx);
 
@@ -33,7 +34,11 @@ enum {
 
 /* Flags of mm_run_ranks_ex. */
 enum {
-  MM_RANKS_NO_GPU = 1 /* no cudaSetDevice, no ncclUniqueId (fn gets id = NULL) */
+  MM_RANKS_NO_GPU = 1,   /* no cudaSetDevice, no ncclUniqueId (fn gets id = NULL) */
+  /* Every rank on device 0 and no NCCL (fn gets id = NULL): the ranks share
+   * a co-located group (colocated.h, mm_colocated_current() in each rank),
+   * mapped before the fork and unmapped after the run. */
+  MM_RANKS_COLOCATED = 2
 };
 
 /* Runs fn on num_ranks child processes and waits. Returns MM_RANKS_OK when
@@ -56,7 +61,7 @@ typedef struct mm_ranks_options {
    * the launcher ends them (0: at once, as mm_run_ranks). A fault test gives
    * the survivors this long to report what they saw. */
   double grace_s;
-  int flags;         /* MM_RANKS_NO_GPU */
+  int flags;         /* MM_RANKS_NO_GPU, MM_RANKS_COLOCATED */
 } mm_ranks_options;
 
 /* mm_run_ranks with options, and how each rank ended in *report (may be

@@ -18,7 +18,14 @@
  * MEGAMOE_SANITIZE_CONTROL=1 (scripts/sanitize.sh) runs only the sanitizer
  * controls (test_sanitize.cu), on every rank of each rank count: each plants
  * one bug that one compute-sanitizer tool must report, proving the tool sees
- * the rank processes. */
+ * the rank processes.
+ *
+ * MEGAMOE_TEST_COLOCATED=1: a rank count above the visible GPUs runs
+ * co-located on GPU 0 (host/colocated.h: one process and CUDA context per
+ * rank, no NCCL, the peers' buffers through CUDA IPC) instead of being
+ * skipped; its suites are labelled "EP<n> ... colocated". The multi-rank
+ * protocols run as at EP<n>, slowly (the contexts time-slice the GPU); no
+ * timing, no NVLink. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +83,14 @@ static int single_main(int rank, int num_ranks, const ncclUniqueId* id, void* vc
 static mm_test_result combine(const mm_rank_ctx* ctx, int* d_word, mm_test_result mine) {
   int code = mine == MM_TEST_FAIL ? 2 : mine == MM_TEST_SKIP ? 1 : 0;
   if (ctx->num_ranks == 1) return mine;
+  if (!ctx->comm) { /* co-located: the group's host allgather */
+    int codes[MEGAMOE_MAX_RANKS];
+    if (mm_colocated_allgather(mm_colocated_current(NULL), ctx->rank, mm_colocated_tag("test result"), &code,
+                               sizeof code, codes, 600.0) != MM_COLOCATED_OK)
+      return MM_TEST_FAIL;
+    for (int r = 0; r < ctx->num_ranks; ++r) code = codes[r] > code ? codes[r] : code;
+    return code == 2 ? MM_TEST_FAIL : code == 1 ? MM_TEST_SKIP : MM_TEST_PASS;
+  }
   if (cudaMemcpy(d_word, &code, sizeof code, cudaMemcpyHostToDevice) != cudaSuccess ||
       ncclAllReduce(d_word, d_word, 1, ncclInt32, ncclMax, ctx->comm, ctx->stream) != ncclSuccess ||
       cudaStreamSynchronize(ctx->stream) != cudaSuccess ||
@@ -87,7 +102,9 @@ static mm_test_result combine(const mm_rank_ctx* ctx, int* d_word, mm_test_resul
 static int ranked_main(int rank, int num_ranks, const ncclUniqueId* id, void* vctx) {
   const suite_run* s = (const suite_run*)vctx;
   mm_rank_ctx ctx = {rank, num_ranks, NULL, NULL, s->seed};
-  if (megamoe_comm_create(rank, num_ranks, id, &ctx.comm) != MEGAMOE_OK) {
+  /* Co-located ranks (no id) make no communicator: mm_test_create and
+   * combine go through the group. */
+  if (id && megamoe_comm_create(rank, num_ranks, id, &ctx.comm) != MEGAMOE_OK) {
     fprintf(stderr, "rank %d: %s\n", rank, megamoe_last_error());
     return 3;
   }
@@ -104,7 +121,7 @@ static int ranked_main(int rank, int num_ranks, const ncclUniqueId* id, void* vc
   }
   cudaFree(d_word);
   cudaStreamDestroy(ctx.stream);
-  ncclCommDestroy(ctx.comm);
+  if (ctx.comm) ncclCommDestroy(ctx.comm);
   return 0;
 }
 
@@ -120,7 +137,7 @@ static int suite_matches(const suite_run* s) {
   return n;
 }
 
-static void run_suite(suite_run* s, int num_ranks, mm_test_counts* counts) {
+static void run_suite(suite_run* s, int num_ranks, int launch_flags, mm_test_counts* counts) {
   /* A single-GPU suite on several ranks (the controls): every rank reports. */
   const int expected = suite_matches(s) * (s->single ? num_ranks : 1);
   if (expected == 0) return; /* no process for a suite the filter leaves empty */
@@ -131,7 +148,8 @@ static void run_suite(suite_run* s, int num_ranks, mm_test_counts* counts) {
     return;
   }
   s->report_fd = fds[1];
-  int rc = mm_run_ranks(num_ranks, 1800.0, s->single ? single_main : ranked_main, s);
+  const mm_ranks_options opts = {1800.0, 0.0, launch_flags};
+  int rc = mm_run_ranks_opt(num_ranks, &opts, s->single ? single_main : ranked_main, s, NULL);
   close(fds[1]);
   char buf[1 << 16];
   size_t len = 0;
@@ -158,10 +176,19 @@ static void run_suite(suite_run* s, int num_ranks, mm_test_counts* counts) {
 }
 
 /* Runs s on num_ranks ranks, or counts its tests as skipped when that many
- * GPUs are not visible. */
-static void run_or_skip(suite_run* s, int num_ranks, int gpus, mm_test_counts* counts) {
+ * GPUs are not visible. A ranked suite with colocated set runs co-located
+ * on GPU 0 instead (its label gains " colocated"). */
+static void run_or_skip(suite_run* s, int num_ranks, int gpus, int colocated, mm_test_counts* counts) {
   if (num_ranks >= 1 && num_ranks <= gpus) {
-    run_suite(s, num_ranks, counts);
+    run_suite(s, num_ranks, 0, counts);
+    return;
+  }
+  if (colocated && s->ranked && num_ranks >= 2 && num_ranks <= MEGAMOE_MAX_RANKS && gpus >= 1) {
+    char label[96];
+    snprintf(label, sizeof label, "%s colocated", s->label);
+    suite_run c = *s;
+    c.label = label;
+    run_suite(&c, num_ranks, MM_RANKS_COLOCATED, counts);
     return;
   }
   const int skipped = suite_matches(s);
@@ -253,18 +280,21 @@ int main(int argc, char** argv) {
       char label[64];
       snprintf(label, sizeof label, "EP%d control", r);
       suite_run s = {label, mm_sanitize_controls, NULL, filter, seed, -1};
-      run_or_skip(&s, r, gpus, &counts);
+      run_or_skip(&s, r, gpus, 0, &counts);
     }
     mm_test_print_summary(&counts);
     return counts.failed ? 1 : 0;
   }
 
   suite_run gemm = {"gemm", mm_gemm_gpu_tests, NULL, filter, seed, -1};
-  run_suite(&gemm, 1, &counts);
+  run_suite(&gemm, 1, 0, &counts);
   suite_run comm = {"comm", mm_comm_gpu_tests, NULL, filter, seed, -1};
-  run_suite(&comm, 1, &counts);
+  run_suite(&comm, 1, 0, &counts);
   suite_run fused = {"fused", mm_fused_gpu_tests, NULL, filter, seed, -1};
-  run_suite(&fused, 1, &counts);
+  run_suite(&fused, 1, 0, &counts);
+  const char* colocated_env = getenv("MEGAMOE_TEST_COLOCATED");
+  const int colocated = colocated_env && strcmp(colocated_env, "1") == 0;
+  if (colocated) printf("MEGAMOE_TEST_COLOCATED=1: rank counts above %d run co-located on GPU 0\n", gpus);
 
   /* Every layer variant: the staged arm on both GEMM engines (the simple one
    * is the oracle), the split and fused arms (on the wgmma engine they are
@@ -295,7 +325,7 @@ int main(int argc, char** argv) {
         char label[64];
         snprintf(label, sizeof label, "EP%d %s", r, variants[v].label);
         suite_run s = {label, NULL, suite, filter, seed + (uint64_t)r + (uint64_t)pass * 7919u * (uint64_t)r, -1};
-        run_or_skip(&s, r, gpus, &counts);
+        run_or_skip(&s, r, gpus, colocated, &counts);
       }
     }
   }

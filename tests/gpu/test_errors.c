@@ -49,7 +49,7 @@ static int et_setup(const mm_rank_ctx* ctx, et_env* env, const lc_case* c, int s
   env->bad_rank = ctx->num_ranks - 1;
   env->setup_bad = lc_build(c, ctx->num_ranks, ctx->rank, &env->d) != 0;
   if (!env->setup_bad) env->setup_bad = lc_upload(c, &env->d, ctx->rank, &env->g) != 0;
-  if (megamoe_create(&c->cfg, ctx->comm, &env->layer) != MEGAMOE_OK) {
+  if (mm_test_create(ctx, &c->cfg, &env->layer) != MEGAMOE_OK) {
     fprintf(stderr, "    rank %d: megamoe_create: %s\n", ctx->rank, megamoe_last_error());
     lc_device_free(&env->g);
     lc_free(&env->d);
@@ -537,7 +537,7 @@ static mm_test_result t_in_place_weights(const mm_rank_ctx* ctx) {
                cudaMemcpy(w1_sf, env.g.w1_sf, w1_sf_bytes, cudaMemcpyDeviceToDevice) == cudaSuccess,
            "copy");
   megamoe_layer* layer2 = NULL;
-  if (megamoe_create(&c.cfg, ctx->comm, &layer2) != MEGAMOE_OK) {
+  if (mm_test_create(ctx, &c.cfg, &layer2) != MEGAMOE_OK) {
     fprintf(stderr, "    rank %d: create (second layer): %s\n", ctx->rank, megamoe_last_error());
     cudaFree(w1);
     cudaFree(w1_sf);

@@ -144,7 +144,7 @@ static int fz_setup(const mm_rank_ctx* ctx, fz_env* fz, const lc_case* c) {
   fz->y_rows = malloc(sizeof(uint16_t) * (size_t)(T * H));
   bad |= !fz->image || !fz->after || !fz->clean || !in->x || !in->x_sf || !in->w || !in->idx || !in->idx_wire ||
          !in->expect || !fz->ref_rows || !fz->y_rows;
-  if (megamoe_create(&c->cfg, ctx->comm, &fz->layer) != MEGAMOE_OK) {
+  if (mm_test_create(ctx, &c->cfg, &fz->layer) != MEGAMOE_OK) {
     fprintf(stderr, "    rank %d: megamoe_create: %s\n", ctx->rank, megamoe_last_error());
     fz->layer = NULL;
     fz_teardown(fz);

@@ -138,7 +138,7 @@ static int ring_shape_run(const mm_rank_ctx* ctx, const ring_shape* sh, int inde
     megamoe_config cfg = base.cfg;
     cfg.arm = pass == 0 ? MEGAMOE_ARM_STAGED : MEGAMOE_ARM_FUSED;
     megamoe_layer* layer = NULL;
-    if (megamoe_create(&cfg, ctx->comm, &layer) != MEGAMOE_OK) { /* collective: agrees on failure */
+    if (mm_test_create(ctx, &cfg, &layer) != MEGAMOE_OK) { /* collective: agrees on failure */
       fprintf(stderr, "    rank %d: create (%s): %s\n", ctx->rank, megamoe_arm_name(cfg.arm), megamoe_last_error());
       bad = 1;
       continue;
@@ -229,7 +229,7 @@ static int bound_setup(const mm_rank_ctx* ctx, bound_env* env, uint64_t salt, in
   for (int r = 0; r < ctx->num_ranks; ++r) env->c.tokens[r] = 20 + 10 * r;
   int bad = lc_build(&env->c, ctx->num_ranks, ctx->rank, &env->d) != 0;
   if (!bad) bad = lc_upload(&env->c, &env->d, ctx->rank, &env->g) != 0;
-  if (megamoe_create(&env->c.cfg, ctx->comm, &env->layer) != MEGAMOE_OK) { /* collective */
+  if (mm_test_create(ctx, &env->c.cfg, &env->layer) != MEGAMOE_OK) { /* collective */
     fprintf(stderr, "    rank %d: create: %s\n", ctx->rank, megamoe_last_error());
     lc_device_free(&env->g);
     lc_free(&env->d);

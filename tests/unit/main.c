@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
 
   const mm_test* const suites[] = {unit_suite_e4m3,   unit_suite_bf16,      unit_suite_quant,
                                    unit_suite_diff,   unit_suite_ref_layer, unit_suite_ref_check,
-                                   unit_suite_config, unit_suite_layout, unit_suite_procs,
+                                   unit_suite_config, unit_suite_layout, unit_suite_procs, unit_suite_colocated,
                                    unit_suite_comm,   unit_suite_cli,    unit_suite_errors,
                                    unit_suite_fuzz,   unit_suite_soak,   unit_suite_fuzz_checks, unit_suite_fault_judge,
                                    unit_suite_fused,  unit_suite_fused_kernel, unit_suite_combine, unit_suite_clocks, NULL};

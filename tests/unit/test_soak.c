@@ -55,6 +55,11 @@ static mm_test_result test_soak_options(void) {
   CHECK_EQ_INT(o.cycles, 3);
   CHECK_EQ_INT(o.seed, 99);
   CHECK_EQ_INT(o.ranks, 2);
+  CHECK_EQ_INT(o.colocated, 0);
+  PARSE(&o, "--colocated", "--ranks", "4");
+  CHECK_EQ_INT(rc, MM_PARSE_OK);
+  CHECK_EQ_INT(o.colocated, 1);
+  CHECK_EQ_INT(o.ranks, 4);
 
   /* staged is always arms[0] (the oracle), whatever the order given. */
   PARSE(&o, "--arms", "split,staged");

@@ -48,6 +48,7 @@ extern const mm_test unit_suite_ref_check[];
 extern const mm_test unit_suite_config[];
 extern const mm_test unit_suite_layout[];
 extern const mm_test unit_suite_procs[];
+extern const mm_test unit_suite_colocated[];
 extern const mm_test unit_suite_comm[];
 extern const mm_test unit_suite_cli[];
 extern const mm_test unit_suite_errors[];
