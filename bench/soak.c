@@ -383,17 +383,11 @@ static int colocated_call(const soak_rank* s, const char* what, const void* mine
   return -1;
 }
 
-/* Every rank's `bytes` bytes at `mine` into all[R * bytes] (rank order),
- * through the co-located group in chunks of its slot size. bytes > 0. */
-static int colocated_gather(const soak_rank* s, const void* mine, size_t bytes, void* all) {
-  uint8_t chunk_all[MEGAMOE_MAX_RANKS * MM_COLOCATED_SLOT_BYTES];
-  for (size_t at = 0; at < bytes; at += MM_COLOCATED_SLOT_BYTES) {
-    const size_t n = bytes - at < MM_COLOCATED_SLOT_BYTES ? bytes - at : MM_COLOCATED_SLOT_BYTES;
-    if (colocated_call(s, "soak gather", (const uint8_t*)mine + at, n, chunk_all) != 0) return -1;
-    for (int r = 0; r < s->R; ++r) memcpy((uint8_t*)all + (size_t)r * bytes + at, chunk_all + (size_t)r * n, n);
-  }
-  return 0;
-}
+/* What the soak gathers over the ranks fits one slot of the group. */
+_Static_assert(sizeof(((soak_rank*)0)->count) <= MM_COLOCATED_SLOT_BYTES &&
+                   sizeof(((soak_rank*)0)->worst) <= MM_COLOCATED_SLOT_BYTES &&
+                   sizeof(int64_t) * D_COUNT <= MM_COLOCATED_SLOT_BYTES,
+               "the soak's counters, statistics and drift fit a co-located slot");
 
 /* Co-located ranks share the device's free memory: every rank counts it
  * between two barriers, so no rank allocates or frees meanwhile. Otherwise
@@ -405,20 +399,15 @@ static int64_t free_device_bytes_quiet(soak_rank* s, ncclComm_t comm) {
   return colocated_call(s, "soak memory count", NULL, 0, NULL) != 0 ? 0 : b;
 }
 
-/* The co-located reduce's gather buffer (every rank's values; the soak's
- * counters and statistics are a few hundred bytes per rank). */
-static uint8_t reduce_scratch[MEGAMOE_MAX_RANKS * 16384];
-
 static int reduce(soak_rank* s, ncclComm_t comm, void* values, size_t n, ncclDataType_t type, size_t elem,
                   ncclRedOp_t op) {
   if (!comm && s->R > 1) { /* co-located: gather on the host, reduce here (the two reductions the soak makes) */
-    if (!((type == ncclInt64 && op == ncclSum) || (type == ncclFloat64 && op == ncclMax)) ||
-        elem * n > sizeof reduce_scratch / MEGAMOE_MAX_RANKS) {
-      fprintf(stderr, "soak rank %d: co-located reduce of %zu x %zu bytes: not supported\n", s->rank, n, elem);
+    if (!((type == ncclInt64 && op == ncclSum) || (type == ncclFloat64 && op == ncclMax))) {
+      fprintf(stderr, "soak rank %d: co-located reduce: only int64 sums and double maxima\n", s->rank);
       return -1; /* the same on every rank: a bug in the caller, not a rank out of step */
     }
-    void* all = reduce_scratch;
-    const int rc = colocated_gather(s, values, elem * n, all);
+    uint8_t all[MEGAMOE_MAX_RANKS * MM_COLOCATED_SLOT_BYTES];
+    const int rc = colocated_call(s, "soak gather", values, elem * n, all);
     for (size_t i = 0; rc == 0 && i < n; ++i)
       for (int r = 0; r < s->R; ++r) {
         if (r == s->rank) continue;
@@ -440,7 +429,7 @@ static int reduce(soak_rank* s, ncclComm_t comm, void* values, size_t n, ncclDat
 }
 
 static int gather(soak_rank* s, ncclComm_t comm, const int64_t* mine, int64_t* all, size_t n) {
-  if (!comm) return s->R > 1 ? colocated_gather(s, mine, sizeof(int64_t) * n, all) : (memcpy(all, mine, sizeof(int64_t) * n), 0);
+  if (!comm) return colocated_call(s, "soak gather", mine, sizeof(int64_t) * n, all); /* one rank: a copy */
   int64_t* d = NULL;
   int ok = CU(s, cudaMalloc((void**)&d, sizeof(int64_t) * n * (size_t)(s->R + 1)), -1) &&
            CU(s, cudaMemcpy(d, mine, sizeof(int64_t) * n, cudaMemcpyHostToDevice), -1);

@@ -126,7 +126,8 @@ typedef struct create_group {
 /* Frees what exists; safe on a partly created layer. Deregistering is
  * collective, so on a partly created layer it only runs when every rank got
  * as far (the window flag is set after the all-rank agreement). */
-static megamoe_status colocated_barrier(megamoe_layer* l, const char* what);
+static megamoe_status colocated_allgather(mm_colocated* g, int rank, const void* mine, size_t bytes, void* all,
+                                          const char* what);
 
 static megamoe_status release(megamoe_layer* l, int collective) {
   megamoe_status st = MEGAMOE_OK;
@@ -142,7 +143,7 @@ static megamoe_status release(megamoe_layer* l, int collective) {
     l->peer_mapped[p] = NULL;
   }
   if (l->colocated && collective) {
-    megamoe_status b = colocated_barrier(l, "destroy");
+    megamoe_status b = colocated_allgather(l->colocated, l->rank, NULL, 0, NULL, "destroy");
     if (b != MEGAMOE_OK && st == MEGAMOE_OK) st = b;
   }
   if (l->window_registered && collective) {
@@ -194,10 +195,6 @@ static megamoe_status colocated_allgather(mm_colocated* g, int rank, const void*
     return mm_fail(MEGAMOE_ERR_INTERNAL, "co-located ranks, %s: bad arguments (rank %d, %zu bytes: at most %d)", what,
                    rank, bytes, MM_COLOCATED_SLOT_BYTES);
   return MEGAMOE_OK;
-}
-
-static megamoe_status colocated_barrier(megamoe_layer* l, const char* what) {
-  return colocated_allgather(l->colocated, l->rank, NULL, 0, NULL, what);
 }
 
 /* Every rank learns whether all ranks succeeded so far (a failure on one rank
